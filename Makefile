@@ -1,0 +1,30 @@
+# torchmpi — the surfaces every issue shares.  See README.md.
+SHELL := /bin/bash
+VENV  := .venv
+PY    := $(VENV)/bin/python
+ENV   := . ./setup-env.sh &&
+
+.PHONY: setup venv spack test lint demo bench clean
+
+setup: venv spack  ## venv + pinned Spack (idempotent)
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	@touch $@
+
+spack:
+	@bash scripts/get-spack.sh
+
+test: setup  ## everything; what .ci/run calls
+	$(ENV) $(PY) -m pytest tests $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check spack_repo wrapper tests
+
+clean:
+	rm -rf $(VENV) .spack-user .pytest_cache
