@@ -1,10 +1,60 @@
-"""The `torchmpi` command line (placeholder until the verbs land)."""
+"""The ``torchmpi`` command line.
+
+Each verb lives in its own module under :mod:`torchmpi.commands` and exposes
+``register(subparsers)``, which adds its parser and sets ``func`` (taking the
+parsed arguments, returning an exit status).  Keeping verbs apart lets the
+site tooling (render, concretize, ...) and the compute-node checks (doctor,
+allreduce) evolve independently; the doctor must import without Spack.
+"""
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import sys
+
+from torchmpi import __version__
+
+#: Verb modules, in the order ``torchmpi --help`` lists them.
+VERBS = ("sites", "render", "concretize", "detect", "doctor", "allreduce")
+
+
+class UserError(Exception):
+    """An error caused by input the user controls: printed without a traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="torchmpi",
+        description="Site recipes and checks for PyTorch's MPI and NCCL backends.",
+    )
+    parser.add_argument("--version", action="version", version=f"torchmpi {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    for verb in VERBS:
+        try:
+            module = importlib.import_module(f"torchmpi.commands.{verb}")
+        except ModuleNotFoundError as err:
+            if err.name == f"torchmpi.commands.{verb}":
+                continue  # verb not implemented in this checkout
+            raise
+        module.register(sub)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    print("torchmpi: no verbs yet", file=sys.stderr)
-    return 2
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as err:
+        print(f"torchmpi {args.verb}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from torchmpi.cli import main
+
+sys.exit(main())

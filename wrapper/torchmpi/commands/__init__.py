@@ -1,0 +1,1 @@
+"""One module per ``torchmpi`` verb; see :mod:`torchmpi.cli`."""
