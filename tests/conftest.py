@@ -1,0 +1,131 @@
+"""Shared fixtures: the project's pinned, isolated, real Spack.
+
+Every test that is about packages or environments goes through :class:`Spack`,
+which runs the pinned Spack CLI with the same isolation as ``setup-env.sh``
+(user scope and user cache outside ``~/.spack``, clingo from the venv).  One
+user cache serves the whole session, so Spack indexes the repositories once.
+
+Without Spack the ``spack``-marked tests are skipped -- except in CI, where
+``TORCHMPI_REQUIRE_SPACK=1`` turns that skip into a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PINS = dict(
+    line.split("=", 1)
+    for line in (ROOT / "scripts" / "pins.sh").read_text().splitlines()
+    if "=" in line and not line.startswith("#")
+)
+
+
+def _cache_dir() -> Path:
+    if os.environ.get("TORCHMPI_CACHE"):
+        return Path(os.environ["TORCHMPI_CACHE"])
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "torchmpi"
+
+
+class Spack:
+    """The pinned Spack CLI, isolated from ``~/.spack``."""
+
+    def __init__(self, root: Path, builtin: Path, config_dir: Path, cache_dir: Path):
+        self.root = root
+        self.builtin = builtin
+        self.config_dir = config_dir
+        self.cache_dir = cache_dir
+        self.exe = root / "bin" / "spack"
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SPACK_")}
+        env.update(
+            SPACK_ROOT=str(self.root),
+            SPACK_PYTHON=sys.executable,
+            SPACK_USER_CONFIG_PATH=str(self.config_dir),
+            SPACK_USER_CACHE_PATH=str(self.cache_dir),
+            TORCHMPI_ROOT=str(ROOT),
+            TORCHMPI_BUILTIN_REPO=str(self.builtin),
+        )
+        env.pop("SPACK_ENV", None)
+        # The venv's bin (ruff, torchmpi) first, as after `. ./setup-env.sh`.
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+    def run(
+        self, *args: str, check: bool = True, cwd: Path | None = None, timeout: int = 1200
+    ) -> subprocess.CompletedProcess:
+        """Run ``spack ARGS``; on an unexpected exit status fail with Spack's output."""
+        proc = subprocess.run(
+            [str(self.exe), *args],
+            check=False,
+            env=self.env,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            pytest.fail(
+                f"spack {' '.join(args)} exited {proc.returncode}\n"
+                f"--- stdout ---\n{proc.stdout[-6000:]}\n--- stderr ---\n{proc.stderr[-6000:]}"
+            )
+        return proc
+
+    def spec_json(self, *args: str) -> dict:
+        """Concretize ``spack spec --json ARGS`` and return the parsed spec."""
+        return json.loads(self.run("spec", "--json", *args).stdout)
+
+    def python(self, code: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        """Run Python code inside ``spack python`` (Spack's API, real repos)."""
+        return self.run("python", "-c", code, *args, check=check)
+
+
+@pytest.fixture(scope="session")
+def spack(tmp_path_factory: pytest.TempPathFactory) -> Spack:
+    """The pinned Spack with the torchmpi and builtin repos, one per session."""
+    cache = _cache_dir()
+    root = Path(
+        os.environ.get("TORCHMPI_SPACK_ROOT") or cache / f"spack-{PINS['TORCHMPI_SPACK_TAG']}"
+    )
+    packages = Path(
+        os.environ.get("TORCHMPI_PACKAGES_ROOT")
+        or cache / f"spack-packages-{PINS['TORCHMPI_SPACK_PACKAGES_TAG']}"
+    )
+    builtin = packages / "repos" / "spack_repo" / "builtin"
+    missing = [p for p in (root / "bin" / "spack", builtin / "repo.yaml") if not p.exists()]
+    if missing:
+        msg = f"pinned Spack not set up ({', '.join(map(str, missing))} missing): run make setup"
+        if os.environ.get("TORCHMPI_REQUIRE_SPACK") == "1":
+            pytest.fail(msg + " (TORCHMPI_REQUIRE_SPACK=1: real-Spack tests may not be skipped)")
+        pytest.skip(msg)
+    config = tmp_path_factory.mktemp("spack-user-config")
+    (config / "repos.yaml").write_text(
+        "repos:\n  torchmpi: ${TORCHMPI_ROOT}/spack_repo/torchmpi\n"
+        "  builtin: ${TORCHMPI_BUILTIN_REPO}\n"
+    )
+    # Same solver cache as interactive use: a repeated solve of identical input
+    # is answered from it, any change of package or config misses it.
+    (config / "concretizer.yaml").write_text(
+        "concretizer:\n  concretization_cache:\n    enable: true\n"
+    )
+    user_cache = Path(os.environ.get("TORCHMPI_TEST_USER_CACHE") or cache / "user-cache")
+    user_cache.mkdir(parents=True, exist_ok=True)
+    return Spack(root, builtin, config, user_cache)
+
+
+@pytest.fixture(scope="session")
+def have_mpirun() -> str:
+    exe = shutil.which("mpirun")
+    if not exe:
+        pytest.skip("mpirun not installed (apt install openmpi-bin)")
+    return exe
