@@ -7,6 +7,7 @@ ENV   := . ./setup-env.sh &&
 .PHONY: setup venv spack test lint demo bench clean
 
 setup: venv spack  ## venv + pinned Spack (idempotent)
+	@bash scripts/check-system.sh
 
 venv: $(VENV)/.installed
 

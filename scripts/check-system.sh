@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# System packages the tests need beyond the venv (called by `make setup`).
+#
+# The verification kit runs real MPI jobs (mpirun, ompi_info) and mpi4py loads
+# the system libmpi, so Open MPI must come from the OS.  Quiet and idempotent:
+# prints nothing when everything is present.  When something is missing and we
+# may use apt-get (root on Debian/Ubuntu), it is installed; otherwise the
+# script names the packages and fails, rather than letting tests fail later
+# with a less obvious message.
+set -euo pipefail
+
+# "command debian-package" pairs; add a line when a test needs another tool.
+REQUIRED="
+mpirun openmpi-bin
+ompi_info openmpi-bin
+mpicc libopenmpi-dev
+"
+
+missing=""
+while read -r cmd pkg; do
+  [ -n "$cmd" ] || continue
+  command -v "$cmd" >/dev/null 2>&1 && continue
+  case " $missing " in *" $pkg "*) ;; *) missing="$missing $pkg" ;; esac
+done <<<"$REQUIRED"
+
+[ -z "$missing" ] && exit 0
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "torchmpi setup: installing system packages:$missing"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq $missing >/dev/null || {
+    apt-get update -qq && apt-get install -y -qq $missing >/dev/null
+  }
+  exit 0
+fi
+printf 'torchmpi setup: error: missing system packages:%s\n' "$missing" >&2
+printf '  install them, e.g. sudo apt-get install%s\n' "$missing" >&2
+exit 1
