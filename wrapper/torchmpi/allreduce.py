@@ -1,0 +1,185 @@
+"""All-reduce correctness and bus-bandwidth check, in the manner of nccl-tests.
+
+Every rank fills a buffer with values that depend on its rank and on the
+element's position, so a reduction that drops a rank, reorders data or
+truncates the buffer gives a wrong sum.  Each rank compares the result with
+the sum it can compute alone; the failure count is then reduced so that every
+rank, and the exit status, knows.  Only after that is the collective timed.
+
+Bandwidths follow nccl-tests' definitions: ``algbw = bytes / time`` and
+``busbw = algbw * 2 (n - 1) / n``, the traffic one link of a ring carries,
+comparable across rank counts and with the network's line rate.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+#: What a CUDA tensor over a non-CUDA-aware MPI backend raises (ProcessGroupMPI.cpp).
+CUDA_REJECTED = "CUDA tensor detected and the MPI used doesn't have CUDA-aware MPI support"
+CUDA_REJECTED_HINT = (
+    "this PyTorch does not recognise your MPI as CUDA-aware — see docs/troubleshooting.md"
+)
+
+#: Known failure texts -> what to tell the user (first match wins).
+_HINTS: tuple[tuple[str, str], ...] = (
+    (CUDA_REJECTED, CUDA_REJECTED_HINT),
+    ("Distributed package doesn't have MPI built in",
+     ("this PyTorch has no MPI backend (built without MPI) — run `torchmpi doctor` and see "
+     "docs/troubleshooting.md")),
+    ("Distributed package doesn't have NCCL built in",
+     "this PyTorch has no NCCL backend (CPU-only build?) — run `torchmpi doctor`"),
+    ("GPU_SUPPORT_ENABLED is requested, but GTL library is not linked",
+     ("MPICH_GPU_SUPPORT_ENABLED=1 but the Cray GTL library is not linked into PyTorch — "
+     "see docs/troubleshooting.md")),
+    ("unhandled system error",
+     ("NCCL could not use a network interface — run with NCCL_DEBUG=INFO, check "
+     "NCCL_SOCKET_IFNAME, and see docs/troubleshooting.md")),
+)
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def explain(error: BaseException | str) -> str | None:
+    """The one-line explanation for a known backend failure, else ``None``."""
+    text = str(error)
+    for needle, hint in _HINTS:
+        if needle in text:
+            return hint
+    return None
+
+
+def parse_size(text: str) -> int:
+    """``"8"``, ``"64K"``, ``"1M"``, ``"1GiB"`` -> bytes (binary units, like nccl-tests)."""
+    match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:i?B)?\s*", text.upper())
+    if not match:
+        raise ValueError(f"not a size: {text!r} (use e.g. 8, 64K, 1M, 1G)")
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def size_series(min_bytes: int, max_bytes: int, factor: int = 2) -> list[int]:
+    """Geometric series from ``min_bytes`` to ``max_bytes`` inclusive."""
+    if min_bytes <= 0 or max_bytes < min_bytes:
+        raise ValueError(f"need 0 < min-bytes <= max-bytes, got {min_bytes}..{max_bytes}")
+    if factor < 2:
+        raise ValueError("the step factor must be at least 2")
+    sizes, size = [], min_bytes
+    while size <= max_bytes:
+        sizes.append(size)
+        size *= factor
+    return sizes
+
+
+def bus_bandwidth(algbw: float, world_size: int) -> float:
+    """nccl-tests' all-reduce bus bandwidth: ``algbw * 2 (n - 1) / n``."""
+    return algbw * 2 * (world_size - 1) / world_size
+
+
+@dataclass
+class Result:
+    """One row of the report."""
+
+    bytes: int
+    count: int
+    dtype: str
+    time_us: float
+    algbw_gbs: float
+    busbw_gbs: float
+    errors: int  # ranks whose result was wrong
+
+
+def pattern(count: int, rank: int, torch_module, dtype, device):
+    """Rank- and position-dependent values whose sum is exact in float32."""
+    torch = torch_module
+    position = torch.arange(count, device=device, dtype=torch.int64) % 13 + 1
+    return (position * (rank + 1)).to(dtype)
+
+
+def expected_sum(count: int, world_size: int, torch_module, dtype, device):
+    torch = torch_module
+    position = torch.arange(count, device=device, dtype=torch.int64) % 13 + 1
+    return (position * (world_size * (world_size + 1) // 2)).to(dtype)
+
+
+def run_sizes(sizes: list[int], *, device: str, dtype_name: str = "float32",
+              warmup: int = 5, iters: int = 20) -> list[Result]:
+    """Verify and time ``all_reduce`` for each size on the initialised default group."""
+    import torch
+    import torch.distributed as dist
+
+    dtype = getattr(torch, dtype_name)
+    elem = torch.tensor([], dtype=dtype).element_size()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    results = []
+    for size in sizes:
+        count = max(1, size // elem)
+        nbytes = count * elem
+        buf = pattern(count, rank, torch, dtype, device)
+        dist.all_reduce(buf)
+        wrong = torch.tensor(
+            [0 if torch.equal(buf, expected_sum(count, world, torch, dtype, device)) else 1],
+            dtype=torch.int32, device=device,
+        )
+        dist.all_reduce(wrong)
+        # Zeros keep the timed in-place sums finite however many iterations run.
+        buf.zero_()
+        for _ in range(warmup):
+            dist.all_reduce(buf)
+        sync()
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(buf)
+        sync()
+        elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64,
+                               device=device)
+        # The slowest rank defines the collective's time.
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        seconds = float(elapsed.item())
+        algbw = nbytes / seconds / 1e9 if seconds > 0 else 0.0
+        results.append(Result(nbytes, count, dtype_name, seconds * 1e6, algbw,
+                              bus_bandwidth(algbw, world), int(wrong.item())))
+    return results
+
+
+def format_table(results: list[Result], world_size: int, backend: str, device: str,
+                 launcher: str = "") -> str:
+    """A table laid out like nccl-tests' all_reduce_perf output."""
+    launched = f" launcher={launcher}" if launcher else ""
+    lines = [
+        f"# torchmpi allreduce: backend={backend} device={device} ranks={world_size}{launched}",
+        (f"#{'size':>12} {'count':>12} {'type':>8} {'redop':>6} {'time(us)':>10} "
+        f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'check':>6}"),
+    ]
+    for r in results:
+        lines.append(
+            f" {r.bytes:>12} {r.count:>12} {r.dtype:>8} {'sum':>6} {r.time_us:>10.2f} "
+            f"{r.algbw_gbs:>12.3f} {r.busbw_gbs:>12.3f} "
+            f"{'OK' if r.errors == 0 else 'FAIL':>6}"
+        )
+    bad = sum(1 for r in results if r.errors)
+    if results:
+        peak = max(results, key=lambda r: r.busbw_gbs)
+        lines.append(f"# peak busbw {peak.busbw_gbs:.3f} GB/s at {peak.bytes} bytes")
+    lines.append(f"# correctness: {'FAILED for ' + str(bad) + ' size(s)' if bad else 'OK'}")
+    return "\n".join(lines)
+
+
+def write_csv(path: Path, results: list[Result], meta: dict) -> None:
+    with open(path, "w", newline="") as handle:
+        fields = list(meta) + list(asdict(results[0]) if results else {})
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        for r in results:
+            writer.writerow({**meta, **asdict(r)})
+
+
+def write_json(path: Path, results: list[Result], meta: dict) -> None:
+    path.write_text(json.dumps({**meta, "results": [asdict(r) for r in results]}, indent=2)
+                    + "\n")
