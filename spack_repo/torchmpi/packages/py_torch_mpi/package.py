@@ -1,0 +1,169 @@
+# Copyright Spack Project Developers. See COPYRIGHT file for details.
+#
+# SPDX-License-Identifier: (Apache-2.0 OR MIT)
+"""The user-facing package: a PyTorch whose distributed backends work here.
+
+A bundle over the torchmpi ``py-torch`` override (MPI backend forced on,
+CUDA-aware where asked), the NCCL stack of the chosen fabric, and the
+``torchmpi`` tool (doctor, allreduce) used by the stand-alone tests.  It holds
+no torch build of its own, so builtin dependents like ``py-torchvision`` share
+the one ``py-torch`` node.
+"""
+
+import os
+
+from spack_repo.builtin.build_systems.bundle import BundlePackage
+from spack_repo.builtin.build_systems.cuda import CudaPackage
+
+from spack.package import *
+
+#: The torchmpi wrapper shipped with this repository (../../../../wrapper).
+WRAPPER_SOURCE = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), *[os.pardir] * 4, "wrapper", "torchmpi"
+)
+
+
+class PyTorchMpi(BundlePackage, CudaPackage):
+    """PyTorch with a working MPI backend (CUDA-aware on Open MPI and Cray
+    MPICH) and NCCL set up for the site's network, plus the torchmpi checks."""
+
+    homepage = "https://pytorch.org/docs/stable/distributed.html"
+
+    maintainers("torchmpi")
+
+    # The version is the torchmpi wrapper's (wrapper/torchmpi/__init__.py).
+    version("0.1.0")
+
+    variant(
+        "cuda_aware_mpi",
+        default=True,
+        when="+cuda",
+        description="MPI backend accepts CUDA tensors (needs a CUDA-aware MPI)",
+    )
+    variant(
+        "fabric",
+        default="tcp",
+        values=("slingshot", "ib", "tcp"),
+        multi=False,
+        description="Network the NCCL stack is built for: slingshot (HPE Slingshot-11 "
+        "via aws-ofi-nccl), ib (InfiniBand verbs), tcp (sockets only)",
+    )
+
+    extends("python")
+    depends_on("python", type=("build", "run"))
+    depends_on("py-pyyaml", type="run")
+
+    # PyTorch drops the MPI backend silently when FindMPI fails; +mpi here and
+    # the check after install make that a hard error instead.
+    depends_on("py-torch +distributed +mpi", type=("build", "link", "run"))
+    depends_on("mpi", type=("build", "link", "run"))
+    depends_on("py-torch ~cuda", when="~cuda")
+    depends_on("py-torch +cuda +nccl", when="+cuda")
+    depends_on("py-torch +cuda_aware_mpi", when="+cuda_aware_mpi")
+    depends_on("py-torch ~cuda_aware_mpi", when="+cuda ~cuda_aware_mpi")
+
+    with when("+cuda"):
+        for _arch in CudaPackage.cuda_arch_values:
+            with when(f"cuda_arch={_arch}"):
+                depends_on(f"py-torch cuda_arch={_arch}")
+                depends_on(f"nccl cuda_arch={_arch}")
+                depends_on(f"nccl-ss11 cuda_arch={_arch}", when="fabric=slingshot")
+        depends_on("nccl-ss11 +cuda", when="fabric=slingshot")
+        depends_on("nccl fabrics=verbs", when="fabric=ib")
+        depends_on("nccl fabrics=auto", when="fabric=tcp")
+
+    conflicts(
+        "fabric=slingshot",
+        when="~cuda",
+        msg="fabric=slingshot builds NCCL with the aws-ofi-nccl plugin, which needs CUDA: "
+        "use +cuda cuda_arch=<arch>, or fabric=tcp for a CPU-only build",
+    )
+    conflicts(
+        "cuda_arch=none",
+        when="+cuda",
+        msg="py-torch-mpi +cuda needs the GPU architecture, e.g. cuda_arch=80 (A100)",
+    )
+
+    def install(self, spec, prefix):
+        """Install the pure-Python torchmpi tool and its ``torchmpi`` command."""
+        source = os.path.normpath(WRAPPER_SOURCE)
+        if not os.path.isfile(os.path.join(source, "cli.py")):
+            raise InstallError(f"torchmpi wrapper sources not found at {source}")
+        install_tree(source, join_path(python_purelib, "torchmpi"))
+        mkdirp(prefix.bin)
+        script = join_path(prefix.bin, "torchmpi")
+        with open(script, "w", encoding="utf-8") as stream:
+            stream.write(
+                f"#!{spec['python'].command.path}\n"
+                "import sys\nfrom torchmpi.cli import main\nsys.exit(main())\n"
+            )
+        os.chmod(script, 0o755)
+
+    @run_after("install")
+    def check_mpi_backend(self):
+        """Refuse an install whose PyTorch lost the MPI backend."""
+        out = self.spec["python"].command(
+            "-c",
+            "import torch.distributed as d; print(d.is_mpi_available())",
+            output=str,
+            error=str,
+        )
+        if out.strip() != "True":
+            raise InstallError(
+                "torch.distributed.is_mpi_available() is False: py-torch was built without "
+                "its MPI backend (look for 'Not compiling with MPI' in its build log)"
+            )
+
+    def setup_run_environment(self, env: EnvironmentModifications) -> None:
+        # Cray MPICH moves device buffers only with GTL linked (py-torch links
+        # it for +cuda_aware_mpi) AND this switch; set them together.  CSCS
+        # warns that GPU-aware MPI next to NCCL can deadlock and sets 0 for
+        # PyTorch: a site file may override this value (docs/design.md).
+        if self.spec.satisfies("+cuda_aware_mpi ^[virtuals=mpi] cray-mpich"):
+            env.set("MPICH_GPU_SUPPORT_ENABLED", "1")
+
+    # Stand-alone tests: `spack test run py-torch-mpi` (need a real install).
+
+    def _mpiexec(self):
+        for name in ("mpiexec", "mpirun", "srun"):
+            exe = which(join_path(self.spec["mpi"].prefix.bin, name)) or which(name)
+            if exe:
+                return exe
+        raise SkipTest("no mpiexec/mpirun/srun found to launch ranks")
+
+    def test_backends(self):
+        """torch.distributed has the MPI backend (and NCCL with +cuda)"""
+        python = self.spec["python"].command
+        code = "import torch.distributed as d; print(d.is_mpi_available(), d.is_nccl_available())"
+        mpi, nccl = python("-c", code, output=str, error=str).split()
+        assert mpi == "True", "torch.distributed.is_mpi_available() is False"
+        if self.spec.satisfies("+cuda"):
+            assert nccl == "True", "torch.distributed.is_nccl_available() is False"
+
+    def test_allreduce_cpu(self):
+        """2-rank all-reduce of CPU tensors over the MPI backend"""
+        mpiexec = self._mpiexec()
+        torchmpi = join_path(self.prefix.bin, "torchmpi")
+        out = mpiexec(
+            "-n", "2", torchmpi, "allreduce", "--backend", "mpi", "--device", "cpu",
+            "--max-bytes", "1M", "--iters", "5",
+            output=str, error=str,
+        )
+        assert "FAIL" not in out, out
+
+    def test_allreduce_cuda(self):
+        """2-rank all-reduce of CUDA tensors over the MPI backend (+cuda, GPU present)"""
+        if not self.spec.satisfies("+cuda_aware_mpi"):
+            raise SkipTest("built without +cuda_aware_mpi")
+        python = self.spec["python"].command
+        ngpu = python("-c", "import torch; print(torch.cuda.device_count())", output=str)
+        if int(ngpu.strip() or 0) < 1:
+            raise SkipTest("no GPU visible")
+        mpiexec = self._mpiexec()
+        torchmpi = join_path(self.prefix.bin, "torchmpi")
+        out = mpiexec(
+            "-n", "2", torchmpi, "allreduce", "--backend", "mpi", "--device", "cuda",
+            "--max-bytes", "1M", "--iters", "5",
+            output=str, error=str,
+        )
+        assert "FAIL" not in out, out
