@@ -1,0 +1,342 @@
+"""Unit tests for site files, rendering and detection (no Spack needed).
+
+Each bad input of issue 3 must give one precise message (file, line, key path,
+what is allowed), a non-zero exit, and write nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+from torchmpi import detect, paths
+from torchmpi import render as renderer
+from torchmpi import site as sitemod
+from torchmpi.cli import UserError, main
+
+SHIPPED = ["alps-gh200", "derecho", "generic-ib", "local", "perlmutter"]
+COMMITTED = ["alps-gh200", "derecho", "generic-ib", "perlmutter"]
+
+
+@pytest.fixture
+def derecho_text() -> str:
+    return (paths.sites_dir() / "derecho.yaml").read_text()
+
+
+def write_site(tmp_path: Path, text: str, name: str = "derecho") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def mutate(tmp_path: Path, text: str, edit) -> Path:
+    data = yaml.safe_load(text)
+    edit(data)
+    return write_site(tmp_path, yaml.safe_dump(data, sort_keys=False), data.get("name", "x"))
+
+
+def cli_error(capsys, *argv: str) -> str:
+    rc = main(list(argv))
+    err = capsys.readouterr().err
+    assert rc != 0, err
+    return err
+
+
+# --- the shipped sites ------------------------------------------------------
+
+
+def test_every_shipped_site_is_valid() -> None:
+    assert sitemod.available() == SHIPPED
+    for name in SHIPPED:
+        site = sitemod.load(name)
+        assert site.name == name
+
+
+def test_sites_lists_each_site(capsys) -> None:
+    assert main(["sites"]) == 0
+    out = capsys.readouterr().out
+    for name in SHIPPED:
+        assert name in out
+    assert "cray-mpich@8.1.27" in out
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_committed_environment_is_up_to_date(name: str, capsys) -> None:
+    """What CI runs: `torchmpi render --check SITE` for every committed site."""
+    assert main(["render", "--check", name]) == 0, capsys.readouterr()
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_render_is_deterministic(name: str, tmp_path: Path) -> None:
+    site = sitemod.load(name)
+    first = renderer.render(site, tmp_path / "env")
+    renderer.write(tmp_path / "env", first)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "env").iterdir()}
+    second = renderer.render(sitemod.load(name), tmp_path / "env")
+    assert first == second
+    assert renderer.write(tmp_path / "env", second).written == []
+    assert {p.name: p.read_bytes() for p in (tmp_path / "env").iterdir()} == before
+
+
+def test_header_records_version_pins_and_site_hash() -> None:
+    site = sitemod.load("derecho")
+    text = renderer.render(site, paths.environments_dir() / "derecho")["spack.yaml"]
+    pins = paths.pins()
+    assert "torchmpi 0.1.0" in text
+    assert pins["TORCHMPI_SPACK_TAG"] in text and pins["TORCHMPI_SPACK_PACKAGES_TAG"] in text
+    assert f"site-sha256: {site.sha256}" in text
+    assert not renderer.hand_edited(text)
+
+
+def test_environment_finds_the_repo_relatively() -> None:
+    data = yaml.safe_load((paths.environments_dir() / "derecho" / "spack.yaml").read_text())
+    rel = data["spack"]["repos"]["torchmpi"]
+    assert not os.path.isabs(rel)
+    assert (paths.environments_dir() / "derecho" / rel / "repo.yaml").is_file()
+
+
+def test_requirements_not_variants() -> None:
+    for name in COMMITTED:
+        for fname in ("spack.yaml", "packages.yaml"):
+            data = yaml.safe_load((paths.environments_dir() / name / fname).read_text())
+            text = yaml.safe_dump(data)
+            assert "variants:" not in text, (name, fname)
+
+
+def test_rendered_yaml_parses_and_runtime_quotes(tmp_path: Path) -> None:
+    files = renderer.render(sitemod.load("derecho"), tmp_path)
+    for name in ("spack.yaml", "packages.yaml", "modules.yaml"):
+        yaml.safe_load(files[name])
+    assert "export NCCL_NET='AWS Libfabric'" in files["runtime.sh"]
+    pkgs = yaml.safe_load(files["packages.yaml"])["packages"]
+    assert pkgs["mpi"]["require"] == ["cray-mpich@8.1.27"]
+    assert pkgs["cray-mpich"]["externals"][0]["spec"] == "cray-mpich@8.1.27 +cuda cuda_arch=80"
+    assert pkgs["libfabric"]["buildable"] is False
+
+
+# --- --check and hand edits --------------------------------------------------
+
+
+def test_check_catches_drift(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "env"
+    assert main(["render", "derecho", "-o", str(out)]) == 0
+    assert main(["render", "--check", "derecho", "-o", str(out)]) == 0
+    site_copy = write_site(tmp_path, (paths.sites_dir() / "derecho.yaml").read_text()
+                           .replace("8.1.27", "8.1.29"))
+    capsys.readouterr()
+    assert main(["render", "--check", str(site_copy), "-o", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert "-    - \"cray-mpich@8.1.27\"" in captured.out
+    assert "+    - \"cray-mpich@8.1.29\"" in captured.out
+    assert "differs from a fresh render" in captured.err
+
+
+def test_check_on_missing_environment(tmp_path: Path, capsys) -> None:
+    assert main(["render", "--check", "derecho", "-o", str(tmp_path / "nope")]) == 1
+    assert not (tmp_path / "nope").exists()
+
+
+def test_hand_edited_environment_is_refused(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "env"
+    assert main(["render", "derecho", "-o", str(out)]) == 0
+    pkgs = out / "packages.yaml"
+    pkgs.write_text(pkgs.read_text().replace("zen3", "zen4"))
+    edited = pkgs.read_text()
+    site_copy = write_site(tmp_path, (paths.sites_dir() / "derecho.yaml").read_text()
+                           .replace("8.1.27", "8.1.29"))
+    before = {p.name: p.read_text() for p in out.iterdir()}
+    err = cli_error(capsys, "render", str(site_copy), "-o", str(out))
+    assert "packages.yaml edited by hand" in err and "--force" in err
+    assert {p.name: p.read_text() for p in out.iterdir()} == before  # nothing written
+    assert main(["render", str(site_copy), "-o", str(out), "--force"]) == 0
+    assert pkgs.read_text() != edited and "8.1.29" in pkgs.read_text()
+
+
+def test_foreign_file_counts_as_hand_edited(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "env"
+    out.mkdir()
+    (out / "spack.yaml").write_text("spack:\n  specs: [zlib]\n")
+    err = cli_error(capsys, "render", "derecho", "-o", str(out))
+    assert "spack.yaml edited by hand" in err
+    assert not (out / "packages.yaml").exists()
+
+
+def test_unwritable_output_directory(tmp_path: Path, capsys) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    err = cli_error(capsys, "render", "derecho", "-o", str(blocker / "env"))
+    assert "cannot create the output directory" in err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_read_only_output_directory(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "ro"
+    out.mkdir()
+    out.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        err = cli_error(capsys, "render", "derecho", "-o", str(out))
+        assert "not writable" in err
+    finally:
+        out.chmod(0o755)
+
+
+def test_atomic_write_leaves_no_temp_files(tmp_path: Path) -> None:
+    out = tmp_path / "env"
+    renderer.write(out, renderer.render(sitemod.load("derecho"), out))
+    assert sorted(p.name for p in out.iterdir()) == sorted(renderer.FILES)
+
+
+# --- bad input ------------------------------------------------------------------
+
+
+def test_unknown_site_suggests_close_names(capsys, tmp_path: Path) -> None:
+    err = cli_error(capsys, "render", "derecko", "-o", str(tmp_path / "e"))
+    assert "unknown site 'derecko'" in err and "did you mean derecho" in err
+    assert not (tmp_path / "e").exists()
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path: Path, capsys, derecho_text: str) -> None:
+    lines = derecho_text.splitlines()
+    idx = next(i for i, line in enumerate(lines) if line.startswith("target:"))
+    lines[idx] = "target: [zen3"
+    path = write_site(tmp_path, "\n".join(lines) + "\n")
+    err = cli_error(capsys, "render", str(path), "-o", str(tmp_path / "e"))
+    assert f"{path}:" in err and "YAML syntax error" in err
+    assert not (tmp_path / "e").exists()
+
+
+def _bad(tmp_path, capsys, text, edit) -> str:
+    path = mutate(tmp_path, text, edit)
+    err = cli_error(capsys, "render", str(path), "-o", str(tmp_path / "e"))
+    assert str(path) in err
+    assert not (tmp_path / "e").exists()
+    return err
+
+
+def test_unknown_key(tmp_path, capsys, derecho_text) -> None:
+    err = _bad(tmp_path, capsys, derecho_text, lambda d: d.update(fabrik="slingshot"))
+    assert "fabrik: unknown key 'fabrik' (did you mean 'fabric'?)" in err
+    assert "allowed keys:" in err
+
+
+def test_unknown_nested_key_has_line_and_path(tmp_path, capsys, derecho_text) -> None:
+    path = write_site(tmp_path, derecho_text.replace("  cuda_aware: true", "  cuda_awre: true"))
+    err = cli_error(capsys, "render", str(path), "-o", str(tmp_path / "e"))
+    line = next(i for i, s in enumerate(derecho_text.splitlines(), 1)
+                if s.startswith("  cuda_aware:"))
+    assert f"{path}:{line}: mpi.cuda_awre: unknown key" in err
+
+
+def test_wrong_type(tmp_path, capsys, derecho_text) -> None:
+    err = _bad(tmp_path, capsys, derecho_text, lambda d: d.update(compilers="gcc"))
+    assert "compilers:" in err
+    err = _bad(tmp_path, capsys, derecho_text, lambda d: d["mpi"].update(cuda_aware="yes"))
+    assert "mpi.cuda_aware: expected true or false, got str 'yes'" in err
+
+
+def test_gpu_without_cuda_arch(tmp_path, capsys, derecho_text) -> None:
+    err = _bad(tmp_path, capsys, derecho_text, lambda d: d["gpu"].pop("cuda_arch"))
+    assert "gpu.cuda_arch: missing required key 'cuda_arch'" in err
+
+
+def test_cuda_arch_not_a_cuda_arch(tmp_path, capsys, derecho_text) -> None:
+    err = _bad(tmp_path, capsys, derecho_text, lambda d: d["gpu"].update(cuda_arch=81))
+    assert "gpu.cuda_arch: 81 is not a CUDA architecture; allowed: 50, 52" in err
+    err = _bad(tmp_path, capsys, derecho_text, lambda d: d["gpu"].update(cuda_arch="sm_80"))
+    assert "'sm_80' is not a CUDA architecture" in err
+
+
+def test_slingshot_without_libfabric(tmp_path, capsys, derecho_text) -> None:
+    err = _bad(tmp_path, capsys, derecho_text, lambda d: d.pop("libfabric"))
+    assert "libfabric: missing required key 'libfabric' (required when fabric is slingshot" in err
+
+
+def test_external_without_prefix_or_modules(tmp_path, capsys, derecho_text) -> None:
+    def edit(d):
+        d["gpu"]["cuda"].pop("prefix")
+        d["gpu"]["cuda"].pop("modules")
+    err = _bad(tmp_path, capsys, derecho_text, edit)
+    assert "gpu.cuda: an external needs 'prefix' or 'modules'" in err
+    err = _bad(tmp_path, capsys, derecho_text,
+               lambda d: [d["mpi"].pop("prefix"), d["mpi"].pop("modules")])
+    assert "mpi: an external cray-mpich needs 'prefix' or 'modules'" in err
+
+
+def test_unknown_mpi_kind(tmp_path, capsys, derecho_text) -> None:
+    err = _bad(tmp_path, capsys, derecho_text, lambda d: d["mpi"].update(kind="intel-mpi"))
+    assert "mpi.kind: 'intel-mpi' is not allowed; allowed: cray-mpich, openmpi-cuda" in err
+
+
+def test_auto_only_for_local(tmp_path, capsys, derecho_text) -> None:
+    err = _bad(tmp_path, capsys, derecho_text, lambda d: d.update(target="auto"))
+    assert "target: 'auto' (host detection) is only for the local site" in err
+
+
+def test_name_must_match_file(tmp_path, capsys, derecho_text) -> None:
+    path = write_site(tmp_path, derecho_text, name="other")
+    err = cli_error(capsys, "render", str(path), "-o", str(tmp_path / "e"))
+    assert "name 'derecho' differs from the file name 'other'" in err
+
+
+def test_not_a_mapping(tmp_path, capsys) -> None:
+    path = write_site(tmp_path, "- a\n- b\n")
+    assert "is a YAML mapping" in cli_error(capsys, "render", str(path))
+
+
+def test_load_raises_user_error_for_all_problems(tmp_path, derecho_text) -> None:
+    def edit(d):
+        d["fabrik"] = 1
+        d["gpu"]["cuda_arch"] = 81
+    with pytest.raises(UserError) as info:
+        sitemod.load(str(mutate(tmp_path, derecho_text, edit)))
+    assert "fabrik" in str(info.value) and "cuda_arch" in str(info.value)
+
+
+# --- detection -------------------------------------------------------------------
+
+
+def _fake_tool(bindir: Path, name: str, script: str) -> None:
+    bindir.mkdir(exist_ok=True)
+    tool = bindir / name
+    tool.write_text("#!/bin/sh\n" + script)
+    tool.chmod(0o755)
+
+
+def test_detect_cpu_only(monkeypatch, tmp_path) -> None:
+    import archspec.cpu
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert detect.gpus() == []
+    assert detect.target() == archspec.cpu.host().name
+    site = sitemod.Site("local", Path("local.yaml"), {"target": "auto", "gpu": "auto",
+                        "compilers": [{"spec": "gcc@1"}], "mpi": {"kind": "auto"}}, b"")
+    detect.fill_in(site)
+    assert "gpu" not in site.data
+    assert site.data["mpi"] == {"kind": "openmpi"}
+    assert site.data["target"] == archspec.cpu.host().name
+
+
+def test_detect_gpu_with_fake_nvidia_smi(monkeypatch, tmp_path) -> None:
+    bindir = tmp_path / "bin"
+    _fake_tool(bindir, "nvidia-smi", 'echo "NVIDIA A100-SXM4-40GB, 8.0"\n'
+                                     'echo "NVIDIA A100-SXM4-40GB, 8.0"\n')
+    _fake_tool(bindir, "nvcc", 'echo "Cuda compilation tools, release 12.4, V12.4.131"\n')
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    assert detect.gpus()[0] == {"name": "NVIDIA A100-SXM4-40GB", "cuda_arch": "80"}
+    assert detect.cuda_toolkit() == {"version": "12.4.131", "prefix": str(tmp_path)}
+    site = sitemod.load("local")
+    assert site.cuda_arch == "80"
+    assert site.data["mpi"]["kind"] == "openmpi-cuda"
+    files = renderer.render(site, tmp_path / "env")
+    assert "py-torch-mpi +cuda cuda_arch=80 fabric=tcp" in files["spack.yaml"]
+    assert "cuda@12.4.131" in files["packages.yaml"]
+
+
+def test_detect_command(capsys) -> None:
+    assert main(["detect"]) == 0
+    assert "target (archspec)" in capsys.readouterr().out
+    assert main(["detect", "--json"]) == 0
+    assert '"target"' in capsys.readouterr().out

@@ -1,0 +1,78 @@
+"""``torchmpi concretize SITE``: render if needed, solve, summarise the DAG."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from torchmpi import render as renderer
+from torchmpi import site as sitemod
+from torchmpi import spackrun
+from torchmpi.lock import Lock
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("concretize", help="render (if needed) and concretize a site environment")
+    p.add_argument("site", help="site name (see `torchmpi sites`) or path to a site file")
+    p.add_argument("-o", "--output", type=Path, metavar="DIR",
+                   help="environment directory (default: environments/SITE)")
+    p.add_argument("-f", "--fresh", action="store_true",
+                   help="re-solve every root even if spack.lock is up to date (spack -f)")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite hand-edited environment files when rendering")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="do not echo Spack's output")
+    p.set_defaults(func=run)
+
+
+def _failure_reason(lines: list[str]) -> str:
+    """Spack's own explanation: from the first error line on (or the tail)."""
+    for i, line in enumerate(lines):
+        if "Error:" in line or "error:" in line:
+            return "\n".join(lines[i:i + 40])
+    return "\n".join(lines[-40:])
+
+
+def run(args: argparse.Namespace) -> int:
+    site = sitemod.load(args.site)
+    outdir = args.output or renderer.default_outdir(site)
+    files = renderer.render(site, outdir)
+    if renderer.diff(outdir, files):
+        result = renderer.write(outdir, files, force=args.force)
+        print(f"rendered {outdir} ({', '.join(result.written)})", file=sys.stderr)
+    echo = (lambda _line: None) if args.quiet else (lambda line: print(line, file=sys.stderr))
+    print(f"==> concretizing {site.name} in {outdir} (this takes minutes)", file=sys.stderr)
+    spack_args = ["-e", str(outdir), "concretize"] + (["-f"] if args.fresh else [])
+    rc, lines, seconds = spackrun.run_streaming(spack_args, echo)
+    if rc != 0:
+        print(f"torchmpi concretize: Spack could not concretize {site.name} (exit {rc},"
+              f" {seconds:.0f} s):\n{_failure_reason(lines)}", file=sys.stderr)
+        return 1
+    summary = Lock(outdir / "spack.lock").summary()
+    summary.update(site=site.name, seconds=round(seconds, 1), lock=str(outdir / "spack.lock"))
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(format_summary(summary))
+    return 0
+
+
+def format_summary(s: dict) -> str:
+    ext = s["externals"]
+    counts = f"{s['nodes']} total, {s['to_build']} to build from source, {len(ext)} external"
+    rows = [
+        ("roots", ", ".join(s["roots"])),
+        ("nodes", counts),
+        ("externals", ", ".join(ext) or "-"),
+        ("MPI", s["mpi"]),
+        ("NCCL", s["nccl"]),
+        ("NCCL plugin", s["plugin"]),
+        ("torch", s["torch"]),
+        ("target", ", ".join(s["targets"])),
+        ("time", f"{s['seconds']:.1f} s"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    head = f"site {s['site']}: concretized -> {s['lock']}"
+    return "\n".join([head] + [f"  {k:<{width}}  {v}" for k, v in rows])

@@ -1,0 +1,38 @@
+"""``torchmpi detect``: what the ``local`` site would use on this host."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from torchmpi import detect
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("detect", help="show the host facts the local site is rendered from")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    facts = detect.report()
+    if args.json:
+        print(json.dumps(facts, indent=2, sort_keys=True))
+        return 0
+    gpus = ", ".join(f"{g['name']} (sm_{g['cuda_arch']})" for g in facts["gpus"])
+    cuda = facts["cuda"]
+    mpi = facts["mpi"]
+    gcc = facts["gcc"]
+    rows = [
+        ("target (archspec)", facts["target"]),
+        ("GPUs", gpus or "none (nvidia-smi absent or no GPU): CPU-only build"),
+        ("cuda_arch", facts["cuda_arch"] or "-"),
+        ("CUDA toolkit", f"{cuda['version']} at {cuda['prefix']}" if cuda else "-"),
+        ("Cray PE", facts["cray_pe"] or "no"),
+        ("MPI on PATH", f"{mpi['launcher']}: {mpi['version']}" if mpi else "none"),
+        ("compiler", f"{gcc['spec']} at {gcc['prefix']}" if gcc else "no gcc/g++/gfortran"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+    return 0

@@ -1,0 +1,146 @@
+"""Host detection for the ``local`` site and ``torchmpi detect``.
+
+The CPU target comes from archspec (the library Spack itself uses, so the name
+matches what Spack would pick), GPUs from ``nvidia-smi`` when it is on PATH.
+No GPU found means a CPU-only build: detection never guesses a CUDA arch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import archspec.cpu
+
+
+def _run(*cmd: str) -> str | None:
+    """stdout of a short probe command, or None if it is missing or fails."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def target() -> str:
+    return archspec.cpu.host().name
+
+
+def gpus() -> list[dict[str, str]]:
+    """One entry per GPU: name and cuda_arch (compute capability, no dot)."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    out = _run("nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader")
+    found = []
+    for line in (out or "").splitlines():
+        if "," not in line:
+            continue
+        name, cap = (part.strip() for part in line.rsplit(",", 1))
+        if cap.replace(".", "").isdigit():
+            found.append({"name": name, "cuda_arch": cap.replace(".", "")})
+    return found
+
+
+def cuda_toolkit() -> dict[str, str] | None:
+    """The CUDA toolkit an external ``cuda`` would point at (nvcc on PATH or CUDA_HOME)."""
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        for var in ("CUDA_HOME", "CUDA_PATH"):
+            cand = Path(os.environ.get(var, "")) / "bin" / "nvcc"
+            if os.environ.get(var) and cand.is_file():
+                nvcc = str(cand)
+                break
+    if not nvcc:
+        return None
+    out = _run(nvcc, "--version") or ""
+    for token in out.replace(",", " ").split():
+        if token.startswith("V") and token[1:2].isdigit():
+            return {"version": token[1:], "prefix": str(Path(nvcc).resolve().parents[1])}
+    return None
+
+
+def cray_pe() -> str | None:
+    """The Cray PE version if this is a Cray login/compute node."""
+    if os.environ.get("CRAYPE_VERSION") or os.environ.get("PE_ENV"):
+        return os.environ.get("CRAYPE_VERSION") or os.environ.get("PE_ENV")
+    return "present (/opt/cray/pe)" if Path("/opt/cray/pe").is_dir() else None
+
+
+def mpi_on_path() -> dict[str, str] | None:
+    """The first MPI launcher on PATH and its version banner."""
+    for exe in ("mpirun", "mpiexec", "srun"):
+        path = shutil.which(exe)
+        if path:
+            banner = (_run(path, "--version") or "").strip().splitlines()
+            return {"launcher": path, "version": banner[0] if banner else "unknown"}
+    return None
+
+
+def gcc() -> dict[str, Any] | None:
+    """The host gcc as a Spack compiler external (spec, prefix, language paths)."""
+    paths = {lang: shutil.which(exe) for lang, exe in
+             (("c", "gcc"), ("cxx", "g++"), ("fortran", "gfortran"))}
+    if not all(paths.values()):
+        return None
+    version = (_run(paths["c"], "-dumpfullversion") or "").strip()
+    if not version:
+        return None
+    prefix = str(Path(paths["c"]).parent.parent)
+    return {"spec": f"gcc@{version}", "prefix": prefix, "languages": paths}
+
+
+def report() -> dict[str, Any]:
+    """Everything ``torchmpi detect`` prints."""
+    found = gpus()
+    return {
+        "target": target(),
+        "gpus": found,
+        "cuda_arch": found[0]["cuda_arch"] if found else None,
+        "cuda": cuda_toolkit() if found else None,
+        "cray_pe": cray_pe(),
+        "mpi": mpi_on_path(),
+        "gcc": gcc(),
+    }
+
+
+def _local_mpi(gpu: bool, found: dict[str, str] | None) -> dict[str, Any]:
+    """openmpi-cuda (built) with a GPU; without, reuse a system Open MPI if there is one."""
+    if gpu:
+        return {"kind": "openmpi-cuda"}
+    banner = (found or {}).get("version", "")
+    if "Open MPI" in banner and banner.split()[-1][:1].isdigit():
+        prefix = str(Path(found["launcher"]).resolve().parents[1])
+        return {"kind": "openmpi", "version": banner.split()[-1], "prefix": prefix}
+    return {"kind": "openmpi"}
+
+
+def fill_in(site: Any) -> None:
+    """Replace the ``auto`` values of a (local) site with what this host has."""
+    data = dict(site.data)
+    facts = report()
+    if data.get("target") == "auto":
+        data["target"] = facts["target"]
+    if data.get("compilers") == "auto":
+        if not facts["gcc"]:
+            from torchmpi.cli import UserError
+
+            raise UserError(f"{site.path}: compilers: auto found no gcc/g++/gfortran on PATH")
+        data["compilers"] = [facts["gcc"]]
+    if data.get("gpu") == "auto":
+        if facts["cuda_arch"]:
+            gpu: dict[str, Any] = {
+                "model": facts["gpus"][0]["name"], "cuda_arch": facts["cuda_arch"]
+            }
+            if facts["cuda"]:
+                gpu["cuda"] = {"spec": f"cuda@{facts['cuda']['version']}",
+                               "prefix": facts["cuda"]["prefix"]}
+            data["gpu"] = gpu
+        else:
+            data.pop("gpu")
+    if data.get("mpi", {}).get("kind") == "auto":
+        data["mpi"] = dict(data["mpi"], **_local_mpi(bool(data.get("gpu")), facts["mpi"]))
+    site.detected = {k: facts[k] for k in ("target", "cuda_arch")}
+    site.data = data

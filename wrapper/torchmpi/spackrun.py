@@ -1,0 +1,88 @@
+"""Run the project's pinned Spack with the isolation setup-env.sh gives.
+
+``torchmpi concretize`` must work from a plain shell too, so the variables that
+setup-env.sh exports are filled in here when they are missing (never
+overriding ones already set: the test fixture sets its own).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from torchmpi import paths
+from torchmpi.cli import UserError
+
+
+def _cache() -> Path:
+    if os.environ.get("TORCHMPI_CACHE"):
+        return Path(os.environ["TORCHMPI_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "torchmpi"
+
+
+def executable() -> Path:
+    pins = paths.pins()
+    root = os.environ.get("TORCHMPI_SPACK_ROOT") or str(
+        _cache() / f"spack-{pins['TORCHMPI_SPACK_TAG']}"
+    )
+    exe = Path(root) / "bin" / "spack"
+    if not exe.is_file():
+        raise UserError(f"the pinned Spack is not set up ({exe} missing): run `make setup`")
+    return exe
+
+
+def environ() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("SPACK_ENV", None)  # never act on an environment the user has active
+    root = paths.root()
+    pins = paths.pins()
+    packages = _cache() / f"spack-packages-{pins['TORCHMPI_SPACK_PACKAGES_TAG']}"
+    env.setdefault("TORCHMPI_ROOT", str(root))
+    env.setdefault("TORCHMPI_BUILTIN_REPO", str(packages / "repos" / "spack_repo" / "builtin"))
+    env.setdefault("SPACK_USER_CONFIG_PATH", str(root / ".spack-user"))
+    env.setdefault("SPACK_USER_CACHE_PATH", str(_cache() / "user-cache"))
+    env.setdefault("SPACK_PYTHON", sys.executable)
+    return env
+
+
+def run_streaming(
+    args: list[str], on_line: Callable[[str], None], heartbeat_s: float = 15.0
+) -> tuple[int, list[str], float]:
+    """Run ``spack ARGS``, passing each output line on, with a heartbeat while silent.
+
+    The solver prints nothing for minutes; the heartbeat ("still concretizing,
+    45 s") is the visible progress.  Returns (exit status, all lines, seconds).
+    """
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [str(executable()), *args], env=environ(), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, bufsize=1,
+    )
+    lines: list[str] = []
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(heartbeat_s):
+            on_line(f"   ... still running, {time.monotonic() - start:.0f} s")
+
+    ticker = threading.Thread(target=beat, daemon=True)
+    ticker.start()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            lines.append(line)
+            on_line(line)
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        proc.wait()
+        raise
+    finally:
+        done.set()
+    return rc, lines, time.monotonic() - start
