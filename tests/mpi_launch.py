@@ -1,0 +1,47 @@
+"""How the verification-kit tests start real multi-process jobs on this machine.
+
+Debian's Open MPI refuses to run as root unless told it is wanted, and the CI
+machine has two cores, so jobs oversubscribe.  ``torchmpi`` and ``python``
+come from the venv that runs the tests, so the job sees the same torch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+TORCHMPI = str(BIN / "torchmpi")
+
+
+def job_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    # Launcher variables leaking in from an outer job would confuse the mapping.
+    for name in list(env):
+        if name.startswith(("OMPI_COMM_WORLD", "PMI_", "PALS_", "SLURM_")) or name in (
+            "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"
+        ):
+            del env[name]
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMP_NUM_THREADS="1", PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")
+    env.update(extra)
+    return env
+
+
+def mpirun(n: int, *argv: str, timeout: float = 180, **extra: str
+           ) -> subprocess.CompletedProcess:
+    exe = shutil.which("mpirun")
+    assert exe, "mpirun not found: run `make setup` (scripts/check-system.sh installs it)"
+    return subprocess.run([exe, "-n", str(n), "--oversubscribe", *argv], env=job_env(**extra),
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def torchrun(n: int, *argv: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n),
+         "--standalone", *argv],
+        env=job_env(), capture_output=True, text=True, timeout=timeout, check=False,
+    )
