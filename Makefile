@@ -27,5 +27,11 @@ test: setup  ## everything; what .ci/run calls
 lint: venv
 	$(VENV)/bin/ruff check spack_repo wrapper tests
 
+demo: setup  ## render + concretize the local site (the embedded default) and print the summary
+	$(ENV) torchmpi render local && torchmpi concretize local
+
+bench: setup  ## concretize timings and build counts per site (slow; not a test)
+	$(ENV) $(PY) scripts/bench.py $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) .spack-user .pytest_cache
