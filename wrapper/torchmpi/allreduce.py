@@ -56,7 +56,7 @@ def explain(error: BaseException | str) -> str | None:
 
 def parse_size(text: str) -> int:
     """``"8"``, ``"64K"``, ``"1M"``, ``"1GiB"`` -> bytes (binary units, like nccl-tests)."""
-    match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:i?B)?\s*", text.upper())
+    match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:I?B)?\s*", text.upper())
     if not match:
         raise ValueError(f"not a size: {text!r} (use e.g. 8, 64K, 1M, 1G)")
     return int(match.group(1)) * _UNITS[match.group(2)]
