@@ -67,8 +67,8 @@ def context(site: Site, outdir: Path) -> dict[str, Any]:
     root = "py-torch-mpi"
     if gpu:
         root += f" +cuda cuda_arch={arch}"
-        if mpi.get("cuda_aware") is False:
-            root += " ~cuda_aware_mpi"
+        # Explicit either way: the solver does not have to honour a variant default.
+        root += " +cuda_aware_mpi" if mpi.get("cuda_aware", True) else " ~cuda_aware_mpi"
     else:
         root += " ~cuda"
     root += f" fabric={d['fabric']}"

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""``make bench``: concretization cost of each site environment (not a test).
+
+Per site, measured in the same run with the same pinned Spack:
+
+* ``concretize``: ``spack -e ENV concretize -f`` of the committed environment
+  with the solver cache off (a first solve);
+* ``again``: ``spack -e ENV concretize`` right after, the environment unchanged
+  (what a user re-running the command pays);
+* ``bare``: ``spack spec builtin.py-torch [+cuda cuda_arch=N]`` with the same
+  site config (externals, compilers, MPI and target requirements) but none of
+  torchmpi's roots, also with the solver cache off.
+
+Ratio (1) = concretize / bare seconds; ratio (2) = from-source builds of the
+environment / of the bare spec; ratio (3) = again / concretize.  Writes the
+table to stdout and the raw figures to bench-out/bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "wrapper"))
+
+from torchmpi import render as renderer  # noqa: E402
+from torchmpi import site as sitemod  # noqa: E402
+from torchmpi import spackrun  # noqa: E402
+from torchmpi.lock import Lock  # noqa: E402
+
+SITES = ["local", "derecho", "perlmutter", "alps-gh200", "generic-ib"]
+NO_CACHE = ["-c", "concretizer:concretization_cache:enable:false"]
+
+
+def spack(*args: str) -> tuple[float, subprocess.CompletedProcess]:
+    start = time.monotonic()
+    proc = subprocess.run([str(spackrun.executable()), *args], env=spackrun.environ(),
+                          capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - start
+    if proc.returncode != 0:
+        sys.exit(f"bench: spack {' '.join(args)} failed:\n{proc.stdout[-3000:]}"
+                 f"\n{proc.stderr[-3000:]}")
+    return seconds, proc
+
+
+def prepare(tree: Path, name: str) -> tuple[Path, Path, sitemod.Site]:
+    """The environment as committed (local: rendered here) and a bare config scope."""
+    site = sitemod.load(name)
+    env_dir = tree / "environments" / name
+    shutil.rmtree(env_dir, ignore_errors=True)
+    if name == "local":
+        renderer.write(env_dir, renderer.render(site, env_dir))
+    else:
+        shutil.copytree(ROOT / "environments" / name, env_dir,
+                        ignore=shutil.ignore_patterns("spack.lock", ".spack-env"))
+    scope = tree / "bare" / name
+    scope.mkdir(parents=True, exist_ok=True)
+    shutil.copy(env_dir / "packages.yaml", scope / "packages.yaml")
+    (scope / "concretizer.yaml").write_text(
+        "concretizer:\n  unify: true\n  targets:\n    host_compatible: false\n")
+    return env_dir, scope, site
+
+
+def bench_site(tree: Path, name: str) -> dict:
+    env_dir, scope, site = prepare(tree, name)
+    print(f"[{name}] concretize (first, solver cache off) ...", file=sys.stderr, flush=True)
+    first_s, _ = spack(*NO_CACHE, "-e", str(env_dir), "concretize", "-f")
+    lock = Lock(env_dir / "spack.lock")
+    print(f"[{name}] re-concretize unchanged ...", file=sys.stderr, flush=True)
+    again_s, _ = spack("-e", str(env_dir), "concretize")
+    bare_spec = "builtin.py-torch" + (f" +cuda cuda_arch={site.cuda_arch}" if site.gpu else "")
+    print(f"[{name}] bare: spack spec {bare_spec} ...", file=sys.stderr, flush=True)
+    bare_s, proc = spack(*NO_CACHE, "-C", str(scope), "spec", "--json", bare_spec)
+    nodes = json.loads(proc.stdout)["spec"]["nodes"]
+    bare_build = sum(1 for n in nodes if not n.get("external"))
+    return {
+        "site": name,
+        "concretize_s": round(first_s, 1),
+        "again_s": round(again_s, 1),
+        "nodes": len(lock.nodes),
+        "to_build": len(lock.to_build),
+        "external": len(lock.externals),
+        "bare_spec": bare_spec,
+        "bare_s": round(bare_s, 1),
+        "bare_nodes": len(nodes),
+        "bare_to_build": bare_build,
+        "ratio_time": round(first_s / bare_s, 2),
+        "ratio_builds": round(len(lock.to_build) / bare_build, 2) if bare_build else None,
+        "ratio_again": round(again_s / first_s, 3),
+    }
+
+
+def table(rows: list[dict]) -> str:
+    cols = [("site", "site"), ("concretize_s", "conc s"), ("nodes", "nodes"),
+            ("to_build", "build"), ("external", "ext"), ("bare_s", "bare s"),
+            ("bare_to_build", "bare build"), ("ratio_time", "(1) time"),
+            ("ratio_builds", "(2) builds"), ("again_s", "again s"), ("ratio_again", "(3) again")]
+    widths = [max(len(h), *(len(str(r[k])) for r in rows)) for k, h in cols]
+    lines = ["  ".join(h.rjust(w) for (_, h), w in zip(cols, widths))]
+    for r in rows:
+        lines.append("  ".join(str(r[k]).rjust(w) for (k, _), w in zip(cols, widths)))
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("sites", nargs="*", default=SITES)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-out")
+    args = parser.parse_args()
+    tree = args.out / "tree"
+    tree.mkdir(parents=True, exist_ok=True)
+    link = tree / "spack_repo"
+    if not link.exists():
+        link.symlink_to(ROOT / "spack_repo")
+    rows = []
+    for name in args.sites:
+        rows.append(bench_site(tree, name))
+        (args.out / "bench.json").write_text(json.dumps(rows, indent=2) + "\n")
+    print(table(rows))
+    print("\n(1) time = concretize / bare spec, target <= 1.1;"
+          " (2) builds = env / bare spec from-source nodes;"
+          " (3) again = unchanged re-concretize / first, target <= 0.3")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Every site environment concretizes with the pinned Spack, and its DAG is right.
+
+The committed environments are copied byte for byte into a scratch tree that
+mirrors the checkout (``environments/<site>`` next to a ``spack_repo`` link), so
+the relative repository path in spack.yaml is exercised as committed and
+parallel sessions never share a spack.lock.  Each environment is solved exactly
+once per session (two at a time, the solver is single-threaded) and all DAG
+checks read the resulting spack.lock.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from torchmpi import paths
+from torchmpi import site as sitemod
+from torchmpi.lock import Lock
+
+SITES = ["local", "derecho", "perlmutter", "alps-gh200", "generic-ib"]
+
+pytestmark = [pytest.mark.spack, pytest.mark.concretize]
+
+
+@dataclass
+class Solved:
+    site: sitemod.Site
+    proc: subprocess.CompletedProcess
+    seconds: float
+    lock: Lock | None
+
+
+@pytest.fixture(scope="session")
+def solved(spack, tmp_path_factory) -> dict[str, Solved]:
+    tree = tmp_path_factory.mktemp("checkout")
+    (tree / "spack_repo").symlink_to(paths.root() / "spack_repo")
+    for name in SITES:
+        dest = tree / "environments" / name
+        if name == "local":  # per host, never committed: render it here
+            from torchmpi import render as renderer
+
+            renderer.write(dest, renderer.render(sitemod.load("local"), dest))
+        else:
+            shutil.copytree(paths.environments_dir() / name, dest,
+                            ignore=shutil.ignore_patterns("spack.lock", ".spack-env"))
+
+    def solve(name: str) -> Solved:
+        env_dir = tree / "environments" / name
+        start = time.monotonic()
+        proc = spack.run("-e", str(env_dir), "concretize", "-f", check=False, timeout=1800)
+        seconds = time.monotonic() - start
+        lock_path = env_dir / "spack.lock"
+        lock = Lock(lock_path) if proc.returncode == 0 and lock_path.is_file() else None
+        return Solved(sitemod.load(name), proc, seconds, lock)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = dict(zip(SITES, pool.map(solve, SITES)))
+    for name, res in results.items():
+        print(f"concretize {name}: {res.seconds:.0f} s, rc={res.proc.returncode}")
+    return results
+
+
+def _lock(solved: dict[str, Solved], name: str) -> Lock:
+    res = solved[name]
+    if res.lock is None:
+        pytest.fail(f"{name} did not concretize (exit {res.proc.returncode}):\n"
+                    f"{res.proc.stdout[-4000:]}\n{res.proc.stderr[-4000:]}")
+    return res.lock
+
+
+@pytest.mark.parametrize("name", SITES)
+def test_site_concretizes_to_one_torch_on_the_sites_mpi(solved, name) -> None:
+    lock = _lock(solved, name)
+    site = solved[name].site
+    d = site.data
+
+    torches = lock.named("py-torch")
+    assert len(torches) == 1, [t.label for t in torches]
+    torch = torches[0]
+    assert torch.namespace == "torchmpi"
+    assert torch.variants.get("mpi") is True and torch.variants.get("distributed") is True
+
+    mpis = lock.mpi()
+    assert len(mpis) == 1, [m.label for m in mpis]
+    mpi = mpis[0]
+    assert mpi.name == d["mpi"]["kind"]
+    if d["mpi"].get("version"):
+        assert mpi.version == str(d["mpi"]["version"])
+    assert mpi.external == bool(d["mpi"].get("prefix") or d["mpi"].get("modules"))
+    if d["mpi"]["kind"] == "cray-mpich":
+        assert mpi.external
+
+    ncc = lock.named("nccl")
+    plugin = lock.named("aws-ofi-nccl")
+    if site.gpu:
+        assert len(ncc) == 1, [n.label for n in ncc]
+        assert torch.variants.get("cuda_arch") == [site.cuda_arch]
+        assert ncc[0].variants.get("cuda_arch") == [site.cuda_arch]
+        want_aware = d["mpi"].get("cuda_aware", True)
+        assert torch.variants.get("cuda_aware_mpi") is want_aware
+    else:
+        assert ncc == [] and torch.variants.get("cuda") is False
+    assert bool(plugin) == (d["fabric"] == "slingshot")
+    if plugin:
+        assert len(plugin) == 1
+        deps = {n for n, _, _ in plugin[0].deps}
+        assert "nccl" in deps and "libfabric" in deps
+        assert all(f.external for f in lock.named("libfabric"))
+        assert lock.named("libfabric")[0].variants.get("fabrics") == ["cxi"]
+
+
+@pytest.mark.parametrize("name", SITES)
+def test_target_is_the_sites(solved, name) -> None:
+    lock = _lock(solved, name)
+    targets = {n.target for n in lock.to_build}
+    assert targets == {solved[name].site.data["target"]}
+
+
+def test_derecho_torchvision_shares_the_torch(solved) -> None:
+    lock = _lock(solved, "derecho")
+    (torch,) = lock.named("py-torch")
+    (vision,) = lock.named("py-torchvision")
+    assert torch.hash in {h for n, h, _ in vision.deps if n == "py-torch"}
+
+
+def test_cray_sites_reuse_the_site_externals(solved) -> None:
+    for name in ("derecho", "perlmutter", "alps-gh200"):
+        lock = _lock(solved, name)
+        ext = {n.name for n in lock.externals}
+        assert {"cray-mpich", "cuda", "libfabric", "gcc"} <= ext, (name, ext)
