@@ -331,7 +331,7 @@ def test_detect_gpu_with_fake_nvidia_smi(monkeypatch, tmp_path) -> None:
     assert site.cuda_arch == "80"
     assert site.data["mpi"]["kind"] == "openmpi-cuda"
     files = renderer.render(site, tmp_path / "env")
-    assert "py-torch-mpi +cuda cuda_arch=80 fabric=tcp" in files["spack.yaml"]
+    assert "py-torch-mpi +cuda cuda_arch=80 +cuda_aware_mpi fabric=tcp" in files["spack.yaml"]
     assert "cuda@12.4.131" in files["packages.yaml"]
 
 

@@ -15,10 +15,8 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-
 from torchmpi import paths
 from torchmpi import site as sitemod
 from torchmpi.lock import Lock
