@@ -39,16 +39,15 @@ class PyTorch(BuiltinPyTorch):
     )
 
     # A CUDA-aware MPI backend needs an MPI that moves device buffers.
-    requires(
-        "^openmpi+cuda",
-        "^openmpi-cuda",
-        "^cray-mpich+cuda",
-        "^mpich+cuda",
-        policy="one_of",
-        when="+cuda_aware_mpi",
-        msg="py-torch +cuda_aware_mpi needs a CUDA-aware MPI: openmpi+cuda, openmpi-cuda, "
-        "cray-mpich+cuda or mpich+cuda",
-    )
+    # (Conflicts, not a one_of requirement: a requirement's later alternatives
+    # carry a solver penalty that would steer defaults away from +cuda_aware_mpi.)
+    for _mpi in ("openmpi", "mpich", "cray-mpich"):
+        conflicts(
+            f"^{_mpi}~cuda",
+            when="+cuda_aware_mpi",
+            msg=f"py-torch +cuda_aware_mpi needs a CUDA-aware MPI: use {_mpi}+cuda "
+            "(or openmpi-cuda)",
+        )
 
     @property
     def mpich_cuda_patch(self) -> bool:
