@@ -290,3 +290,40 @@ def test_py_torch_carries_mpich_patch_only_for_mpich(
     """The patch applies for cray-mpich; Open MPI is recognised by PyTorch as is."""
     assert cray_build_env["mpich_cuda_patch"] is True
     assert openmpi_solve["mpich_cuda_patch"] is False
+
+
+# --- what must not concretize, with each package's own message --------------
+
+NEGATIVE = {
+    "openmpi-cuda ~cuda": "openmpi-cuda is CUDA-aware by definition",
+    "py-torch-mpi ~cuda fabric=slingshot": "fabric=slingshot builds NCCL with the aws-ofi-nccl",
+    # The NCCL/plugin pair that deadlocks (aws/aws-ofi-nccl#1055).
+    "aws-ofi-nccl +cuda cuda_arch=80 ^nccl@2.28.9-1": "NCCL 2.28.9 deadlocks with the aws-ofi",
+    "nccl-ss11 +cuda cuda_arch=80 ^aws-ofi-nccl@1.12.0": "aws-ofi-nccl 1.7-1.13 are AWS-only",
+}
+
+
+@pytest.fixture(scope="session")
+def refusals(spack) -> dict[str, str]:
+    """Try every negative spec in one ``spack python`` process (one start-up),
+    recording the solver's error message for each, or "" if it concretized."""
+    code = f"""
+import json
+import spack.concretize
+result = {{}}
+for text in {list(NEGATIVE)!r}:
+    try:
+        spack.concretize.concretize_one(text)
+        result[text] = ""
+    except Exception as err:  # UnsatisfiableSpecError and friends
+        result[text] = str(err) or repr(err)
+print(json.dumps(result))
+"""
+    return json.loads(spack.python(code).stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("text", list(NEGATIVE))
+def test_refused_with_package_message(refusals: dict[str, str], text: str) -> None:
+    message = refusals[text]
+    assert message, f"'{text}' concretized but must be refused"
+    assert NEGATIVE[text] in message, message
