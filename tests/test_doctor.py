@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -291,3 +292,17 @@ def test_doctor_cli_table_and_site_mismatch(tmp_path):
 def test_doctor_cli_unknown_site_is_a_user_error():
     proc = doctor_cli("--site", "no-such-site-anywhere")
     assert proc.returncode == 2 and "no site file" in proc.stderr
+
+
+def test_compute_node_verbs_work_without_site_tooling_modules():
+    """py-torch-mpi installs the wrapper without jsonschema/jinja2/archspec."""
+    code = (
+        "import sys\n"
+        "for m in ('jsonschema', 'jinja2', 'archspec', 'archspec.cpu'): sys.modules[m] = None\n"
+        "from torchmpi.cli import main\n"
+        "sys.exit(main(['doctor', '--json']))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 1, proc.stderr  # FAIL: the pip torch has no MPI backend
+    assert json.loads(proc.stdout)["checks"][0]["name"] == "torch"

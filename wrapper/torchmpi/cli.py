@@ -36,9 +36,27 @@ def build_parser() -> argparse.ArgumentParser:
         except ModuleNotFoundError as err:
             if err.name == f"torchmpi.commands.{verb}":
                 continue  # verb not implemented in this checkout
-            raise
+            if (err.name or "torchmpi").split(".")[0] == "torchmpi":
+                raise
+            # A third-party dependency of one verb (jsonschema, jinja2, archspec)
+            # is missing, as on a compute node with only py-torch-mpi installed:
+            # the other verbs (doctor, allreduce) must still work.
+            _register_unavailable(sub, verb, err.name)
+            continue
         module.register(sub)
     return parser
+
+
+def _register_unavailable(sub, verb: str, missing: str) -> None:
+    """A placeholder verb that explains which module it lacks when invoked."""
+
+    def unavailable(_args: argparse.Namespace) -> int:
+        raise UserError(f"this verb needs the Python module '{missing}', which is not "
+                        f"installed here (pip install {missing.split('.')[0]})")
+
+    parser = sub.add_parser(verb, help=f"(unavailable: needs {missing})", add_help=False)
+    parser.add_argument("rest", nargs=argparse.REMAINDER)
+    parser.set_defaults(func=unavailable)
 
 
 def main(argv: list[str] | None = None) -> int:
