@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -86,8 +87,16 @@ class Spack:
         return json.loads(self.run("spec", "--json", *args).stdout)
 
     def python(self, code: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        """Run Python code inside ``spack python`` (Spack's API, real repos)."""
-        return self.run("python", "-c", code, *args, check=check)
+        """Run a Python script inside ``spack python`` (Spack's API, real repos).
+
+        Written to a file: ``spack python -c`` compiles a single statement only.
+        """
+        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as script:
+            script.write(code)
+        try:
+            return self.run("python", script.name, *args, check=check)
+        finally:
+            os.unlink(script.name)
 
 
 @pytest.fixture(scope="session")
