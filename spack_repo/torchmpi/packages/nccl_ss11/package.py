@@ -20,15 +20,18 @@ class NcclSs11(BundlePackage, CudaPackage):
 
     homepage = "https://github.com/HewlettPackard/shs-ccl-docs"
 
-    # HPE's current default pairs NCCL 2.27.7-1 with aws-ofi-nccl 1.19.0;
-    # CSCS ships 2.29.2-1 with 1.18.0; NCAR Derecho ran 2.21.5-1 with 1.6.0.
+    # Each release here is known to work with the plugin on Slingshot-11:
+    # 2.29.2-1 is what CSCS ships (with plugin 1.18.0), 2.27.7-1 is HPE's
+    # current default (with 1.19.0), 2.21.5-1 ran on NCAR Derecho (with 1.6.0).
+    # No `preferred`: the solver weighs builtin nccl's own version order too,
+    # so a preference here would not hold; a site pins one in its site file.
     # 2.28.x is left out on purpose: 2.28.9 deadlocks with the plugin
     # (aws/aws-ofi-nccl#1055; aws-ofi-nccl refuses that pair itself).
-    version("2.27.7-1", preferred=True)
     version("2.29.2-1")
+    version("2.27.7-1")
     version("2.21.5-1")
 
-    for _v in ("2.27.7-1", "2.29.2-1", "2.21.5-1"):
+    for _v in ("2.29.2-1", "2.27.7-1", "2.21.5-1"):
         depends_on(f"nccl@{_v}", when=f"@{_v}")
 
     # fabrics=auto: no verbs (rdma-core); NCCL loads the plugin at runtime.
