@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # System packages the tests need beyond the venv (called by `make setup`).
 #
+# The module tests source Debian lmod (tests/test_modules.py).
 # The verification kit runs real MPI jobs (mpirun, ompi_info) and mpi4py loads
 # the system libmpi, so Open MPI must come from the OS.  Quiet and idempotent:
 # prints nothing when everything is present.  When something is missing and we
@@ -22,6 +23,10 @@ while read -r cmd pkg; do
   command -v "$cmd" >/dev/null 2>&1 && continue
   case " $missing " in *" $pkg "*) ;; *) missing="$missing $pkg" ;; esac
 done <<<"$REQUIRED"
+
+# Lmod is a shell function, not a command: look for its init script.
+LMOD_INIT="${TORCHMPI_LMOD_INIT:-/usr/share/lmod/lmod/init/bash}"
+[ -r "$LMOD_INIT" ] || missing="$missing lmod"
 
 [ -z "$missing" ] && exit 0
 

@@ -25,6 +25,7 @@ from typing import Any
 import jinja2
 
 from torchmpi import __version__, paths
+from torchmpi import modules as modmod
 from torchmpi.cli import UserError
 from torchmpi.site import Site
 
@@ -130,6 +131,7 @@ def context(site: Site, outdir: Path) -> dict[str, Any]:
         "env_hint": env_hint,
         "cross_target": site.name != "local",
         "runtime": d.get("runtime"),
+        "modules": modmod.context(d),
         "install": {"root": None, "modules_root": None, **d.get("install", {})},
         "detected": detected,
     }

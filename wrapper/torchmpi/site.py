@@ -19,7 +19,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from torchmpi import paths
+from torchmpi import modules, paths
 from torchmpi.cli import UserError
 
 
@@ -194,6 +194,14 @@ def _semantic_errors(data: dict[str, Any]) -> list[tuple[tuple, str]]:
     if kind == "openmpi-cuda" and data.get("gpu") is None:
         errors.append((("mpi", "kind"), ("openmpi-cuda is the CUDA-aware Open MPI: it needs a"
                                          " 'gpu' section (use kind: openmpi on a CPU-only site)")))
+    switch = modules.cray_gpu_switch(data)
+    stated = (data.get("runtime") or {}).get("env", {}).get(modules.GPU_SWITCH)
+    if switch is not None and stated is not None and str(stated) != switch:
+        gtl = "links Cray's GTL" if switch == "1" else "links no GTL"
+        errors.append((("runtime", "env", modules.GPU_SWITCH), (
+            f"must be {switch} here: mpi.cuda_aware is {str(switch == '1').lower()}, so torch"
+            f" {gtl}; the switch and GTL go together or not at all (to run without GPU-aware"
+            " MPI, e.g. for CSCS's MPI-with-NCCL deadlock warning, set mpi.cuda_aware: false)")))
     if data.get("name") == "local":
         return errors
     for key in ("target", "gpu", "compilers", "mpi.kind"):
