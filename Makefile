@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 ENV   := . ./setup-env.sh &&
 
-.PHONY: setup venv spack test lint demo bench clean
+.PHONY: setup venv spack test lint demo bench clean install-site
 
 setup: venv spack  ## venv + pinned Spack (idempotent)
 	@bash scripts/check-system.sh
@@ -32,6 +32,9 @@ demo: setup  ## render + concretize the local site (the embedded default) and pr
 
 bench: setup  ## concretize timings and build counts per site (slow; not a test)
 	$(ENV) $(PY) scripts/bench.py $(BENCH_ARGS)
+
+install-site:  ## register spack_repo/torchmpi with the site's Spack (SCOPE=site|spack; docs/admins.md)
+	@bash scripts/install-site.sh $(or $(SCOPE),site)
 
 clean:
 	rm -rf $(VENV) .spack-user .pytest_cache
