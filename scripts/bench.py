@@ -70,10 +70,11 @@ def prepare(tree: Path, name: str) -> tuple[Path, Path, sitemod.Site]:
 def bench_site(tree: Path, name: str) -> dict:
     env_dir, scope, site = prepare(tree, name)
     print(f"[{name}] concretize (first, solver cache off) ...", file=sys.stderr, flush=True)
-    first_s, _ = spack(*NO_CACHE, "-e", str(env_dir), "concretize", "-f")
+    store = spackrun.offsite_install_args(site.data, f"bench-{name}")
+    first_s, _ = spack(*NO_CACHE, *store, "-e", str(env_dir), "concretize", "-f")
     lock = Lock(env_dir / "spack.lock")
     print(f"[{name}] re-concretize unchanged ...", file=sys.stderr, flush=True)
-    again_s, _ = spack("-e", str(env_dir), "concretize")
+    again_s, _ = spack(*store, "-e", str(env_dir), "concretize")
     bare_spec = "builtin.py-torch" + (f" +cuda cuda_arch={site.cuda_arch}" if site.gpu else "")
     print(f"[{name}] bare: spack spec {bare_spec} ...", file=sys.stderr, flush=True)
     bare_s, proc = spack(*NO_CACHE, "-C", str(scope), "spec", "--json", bare_spec)

@@ -51,7 +51,10 @@ def solved(spack, tmp_path_factory) -> dict[str, Solved]:
     def solve(name: str) -> Solved:
         env_dir = tree / "environments" / name
         start = time.monotonic()
-        proc = spack.run("-e", str(env_dir), "concretize", "-f", check=False, timeout=1800)
+        # The site install trees (/glade/..., $PSCRATCH/...) are not on this host.
+        store = ["-c", f"config:install_tree:root:{tree / 'store' / name}"]
+        proc = spack.run(*store, "-e", str(env_dir), "concretize", "-f", check=False,
+                         timeout=1800)
         seconds = time.monotonic() - start
         lock_path = env_dir / "spack.lock"
         lock = Lock(lock_path) if proc.returncode == 0 and lock_path.is_file() else None

@@ -1,7 +1,7 @@
 # Rendered by torchmpi 0.1.0 from sites/alps-gh200.yaml; do not edit by hand:
 # change the site file and run `torchmpi render alps-gh200` (docs/sites.md).
 # spack v1.1.0, builtin spack-packages v2026.06.0
-# site-sha256: 767c925a2136fe2c6960e97c80cb39dfc6082831d9505f17934b21f53c1fa1c2
+# site-sha256: 57172b27fcc9130ef93af84be278cbf6c5570ed2591fab30550d9e5c7fe3de52
 # body-sha256: 26dc3cecaf3dfccd83a48257053e67f5f7ebfe7054337e9b92b0df3d9fee3a0e
 # Runtime variables for jobs on 'alps-gh200' (launcher: slurm).
 # Source this file in the job script; it changes nothing at build time.

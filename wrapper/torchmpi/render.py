@@ -74,6 +74,11 @@ def context(site: Site, outdir: Path) -> dict[str, Any]:
         root += " ~cuda"
     root += f" fabric={d['fabric']}"
     specs = [root, *d.get("extra_specs", [])]
+    if site.name != "local":
+        # Spack adds a target outside the host's family (neoverse_v2 from an x86
+        # host) to its candidates only when a root spec names it, even with
+        # host_compatible: false; a packages.yaml requirement is not enough.
+        specs = [f"{spec} target={d['target']}" for spec in specs]
 
     externals: dict[str, dict[str, Any]] = {}
 

@@ -86,3 +86,25 @@ def run_streaming(
     finally:
         done.set()
     return rc, lines, time.monotonic() - start
+
+
+def offsite_install_args(site_data: dict, cache_key: str) -> list[str]:
+    """``-c`` override of the install tree when the site's own is not on this host.
+
+    Spack opens (and creates) the install tree while concretizing, to look for
+    reusable installs.  Solving Derecho's environment on a laptop would create
+    /glade/work/<user>/... or a literal ``$PSCRATCH`` directory; a private
+    store under the user cache is used instead.  On the site itself the
+    configured tree exists and is left alone, so the solve reuses its installs.
+    """
+    root = (site_data.get("install") or {}).get("root")
+    if not root:
+        return []
+    user = os.environ.get("USER") or os.environ.get("LOGNAME") or "user"
+    expanded = os.path.expandvars(root.replace("${user}", user).replace("$user", user))
+    parts = Path(expanded).parts
+    on_site = "$" not in expanded and len(parts) > 1 and Path(*parts[:2]).is_dir()
+    if on_site:
+        return []
+    store = Path(environ()["SPACK_USER_CACHE_PATH"]) / "offsite-store" / cache_key
+    return ["-c", f"config:install_tree:root:{store}"]

@@ -35,6 +35,22 @@ def _failure_reason(lines: list[str]) -> str:
     return "\n".join(lines[-40:])
 
 
+def _lock_is_stale(outdir: Path) -> bool:
+    """Whether spack.lock predates a rendered file.
+
+    Spack re-solves only when the root specs change: an edited packages.yaml
+    (new external, other MPI) leaves a lock it calls up to date, and a changed
+    root under ``unify: true`` makes a partial re-solve fail against the old
+    DAG ("Couldn't concretize without changing the existing environment").
+    Either way the answer is a full re-solve (``-f``).
+    """
+    lock = outdir / "spack.lock"
+    if not lock.is_file():
+        return True
+    newest = max((outdir / f).stat().st_mtime for f in renderer.FILES if (outdir / f).is_file())
+    return newest > lock.stat().st_mtime
+
+
 def run(args: argparse.Namespace) -> int:
     site = sitemod.load(args.site)
     outdir = args.output or renderer.default_outdir(site)
@@ -44,11 +60,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"rendered {outdir} ({', '.join(result.written)})", file=sys.stderr)
     echo = (lambda _line: None) if args.quiet else (lambda line: print(line, file=sys.stderr))
     print(f"==> concretizing {site.name} in {outdir} (this takes minutes)", file=sys.stderr)
-    spack_args = ["-e", str(outdir), "concretize"] + (["-f"] if args.fresh else [])
+    fresh = args.fresh or _lock_is_stale(outdir)
+    offsite = spackrun.offsite_install_args(site.data, site.name)
+    if offsite:
+        print(f"==> {site.data['install']['root']} is not on this host: solving against a"
+              " private install tree instead (no reuse of site installs)", file=sys.stderr)
+    spack_args = [*offsite, "-e", str(outdir), "concretize"] + (["-f"] if fresh else [])
     rc, lines, seconds = spackrun.run_streaming(spack_args, echo)
     if rc != 0:
+        reason = _failure_reason(lines)
+        if not args.quiet:  # the whole reason was just streamed; repeat its first line
+            reason = reason.splitlines()[0] + "\n(Spack's full message is above)"
         print(f"torchmpi concretize: Spack could not concretize {site.name} (exit {rc},"
-              f" {seconds:.0f} s):\n{_failure_reason(lines)}", file=sys.stderr)
+              f" {seconds:.0f} s):\n{reason}", file=sys.stderr)
         return 1
     summary = Lock(outdir / "spack.lock").summary()
     summary.update(site=site.name, seconds=round(seconds, 1), lock=str(outdir / "spack.lock"))
