@@ -86,15 +86,19 @@ class Spack:
         """Concretize ``spack spec --json ARGS`` and return the parsed spec."""
         return json.loads(self.run("spec", "--json", *args).stdout)
 
-    def python(self, code: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        """Run a Python script inside ``spack python`` (Spack's API, real repos).
+    def python(
+        self, code: str, *args: str, check: bool = True, env_dir: Path | None = None
+    ) -> subprocess.CompletedProcess:
+        """Run a Python script inside ``spack python`` (Spack's API, real repos),
+        in the environment ``env_dir`` when given (its config scopes apply).
 
         Written to a file: ``spack python -c`` compiles a single statement only.
         """
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as script:
             script.write(code)
         try:
-            return self.run("python", script.name, *args, check=check)
+            prefix = ("-e", str(env_dir)) if env_dir else ()
+            return self.run(*prefix, "python", script.name, *args, check=check)
         finally:
             os.unlink(script.name)
 

@@ -159,9 +159,11 @@ def cray_env(spack, tmp_path_factory) -> Path:
     py-torch-mpi for Slingshot plus builtin py-torchvision, unified."""
     base = tmp_path_factory.mktemp("cray-env")
     ext = base / "externals"
+    # Cray PE layout: the prefix is <mpich>/ofi/<compiler>/<version> and GTL
+    # lives in <mpich>/gtl/lib, where builtin cray-mpich's gtl_lib looks.
+    cray_root = _fake_external(ext / "mpich" / "8.1.29", ("gtl/lib/libmpi_gtl_cuda.so",))
     mpich = _fake_external(
-        ext / "cray-mpich",
-        ("include/mpi.h", "lib/libmpi.so", "gtl/lib/libmpi_gtl_cuda.so"),
+        cray_root / "ofi" / "gnu" / "12.3", ("include/mpi.h", "lib/libmpi.so")
     )
     cuda = _fake_external(ext / "cuda", ("bin/nvcc", "include/cuda.h", "lib64/libcudart.so"))
     fabric = _fake_external(ext / "libfabric", ("include/rdma/fabric.h", "lib64/libfabric.so"))
@@ -244,27 +246,31 @@ def test_cuda_arch_is_equal_on_torch_nccl_and_plugin(cray_dag: Dag) -> None:
 def cray_build_env(spack, cray_env: Path) -> dict:
     """py-torch's build environment in the Cray DAG, computed by the package
     itself on a fake install (no compilation): what setup.py would see."""
-    spack.run("-e", str(cray_env), "install", "--fake", "--no-check-signature",
-              "-c", "modules:default:enable::[]")
-    code = f"""
+    # Module generation off (`::` replaces the list): it would stop at the
+    # first fake Python package.  --no-cache: nothing to look up in mirrors.
+    spack.run("-c", "modules:default:enable::[]", "-e", str(cray_env),
+              "install", "--fake", "--no-cache")
+    code = """
 import json
+import spack.build_environment
 import spack.environment as ev
 from spack.util.environment import EnvironmentModifications
-env = ev.Environment({str(cray_env)!r})
-specs = {{s.name: s for r in env.concrete_roots() for s in r.traverse()}}
+env = ev.active_environment()
+specs = {s.name: s for r in env.concrete_roots() for s in r.traverse()}
 torch = specs["py-torch"]
+spack.build_environment.set_package_py_globals(torch.package)  # make_jobs, ...
 mods = EnvironmentModifications()
 torch.package.setup_build_environment(mods)
-build_env = {{}}
+build_env = {}
 mods.apply_modifications(build_env)
-print(json.dumps({{
+print(json.dumps({
     "env": build_env,
     "mpich_cuda_patch": torch.package.mpich_cuda_patch,
     "nccl_prefix": str(specs["nccl"].prefix),
     "mpi_prefix": str(specs["cray-mpich"].prefix),
-}}))
+}))
 """
-    return json.loads(spack.python(code).stdout.strip().splitlines()[-1])
+    return json.loads(spack.python(code, env_dir=cray_env).stdout.strip().splitlines()[-1])
 
 
 def test_build_environment_forces_mpi_and_system_nccl(cray_build_env: dict) -> None:
@@ -283,7 +289,8 @@ def test_build_environment_forces_mpi_and_system_nccl(cray_build_env: dict) -> N
 def test_build_environment_links_cray_gtl(cray_build_env: dict) -> None:
     ldflags = cray_build_env["env"]["LDFLAGS"]
     assert "-lmpi_gtl_cuda" in ldflags
-    assert f"-L{cray_build_env['mpi_prefix']}/gtl/lib" in ldflags
+    gtl_dir = str(Path(cray_build_env["mpi_prefix"]).parents[2] / "gtl" / "lib")
+    assert f"-L{gtl_dir}" in ldflags
 
 
 def test_py_torch_carries_mpich_patch_only_for_mpich(
