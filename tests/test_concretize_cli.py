@@ -1,0 +1,124 @@
+"""``torchmpi concretize`` without a real solve: a stand-in ``spack`` on TORCHMPI_SPACK_ROOT.
+
+The real solves are in test_sites_concretize.py; here the command's own logic
+is checked: the Spack invocation, -f when the lock is stale, the off-site
+install tree, the summary from spack.lock, and Spack's reason on failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from torchmpi import paths, spackrun
+from torchmpi.cli import main
+from torchmpi.lock import Lock
+
+LOCK = {
+    "_meta": {"lockfile-version": 6},
+    "roots": [{"hash": "r", "spec": "py-torch-mpi"}],
+    "concrete_specs": {
+        "r": {"name": "py-torch-mpi", "version": "0.1.0", "namespace": "torchmpi",
+              "arch": {"target": "zen3"},
+              "dependencies": [{"name": "py-torch", "hash": "t", "parameters": {}},
+                               {"name": "cray-mpich", "hash": "m",
+                                "parameters": {"virtuals": ["mpi"]}}]},
+        "t": {"name": "py-torch", "version": "2.11.0", "namespace": "torchmpi",
+              "arch": {"target": {"name": "zen3"}},
+              "parameters": {"cuda_arch": ["80"], "mpi": True},
+              "dependencies": [{"name": "nccl", "hash": "n", "parameters": {}},
+                               {"name": "cray-mpich", "hash": "m",
+                                "parameters": {"virtuals": ["mpi"]}}]},
+        "n": {"name": "nccl", "version": "2.29.2-1", "arch": {"target": "zen3"}},
+        "p": {"name": "aws-ofi-nccl", "version": "1.19.0", "arch": {"target": "zen3"}},
+        "m": {"name": "cray-mpich", "version": "8.1.27", "arch": {"target": "zen3"},
+              "external": {"path": "/opt/cray/pe/mpich/8.1.27/ofi/gnu/9.1"}},
+    },
+}
+
+
+@pytest.fixture
+def fake_spack(tmp_path: Path, monkeypatch) -> Path:
+    """A `spack` that logs its argv and writes LOCK (or fails when FAIL is set)."""
+    root = tmp_path / "spack"
+    (root / "bin").mkdir(parents=True)
+    (tmp_path / "lock.json").write_text(json.dumps(LOCK))
+    exe = root / "bin" / "spack"
+    exe.write_text(f"""#!/bin/sh
+echo "$@" >> {tmp_path}/argv
+if [ -n "$FAIL" ]; then
+  echo "==> Error: failed to concretize py-torch-mpi for the following reasons:"
+  echo "     1. cannot satisfy a requirement for package 'cray-mpich'."
+  exit 1
+fi
+while [ "$1" != "-e" ]; do shift; done
+echo "==> Concretized 1 spec"
+cp {tmp_path}/lock.json "$2/spack.lock"
+""")
+    exe.chmod(0o755)
+    monkeypatch.setenv("TORCHMPI_SPACK_ROOT", str(root))
+    monkeypatch.setenv("SPACK_USER_CACHE_PATH", str(tmp_path / "cache"))
+    monkeypatch.delenv("FAIL", raising=False)
+    return tmp_path
+
+
+def _argv(tmp: Path) -> list[str]:
+    return (tmp / "argv").read_text().splitlines()
+
+
+def test_summary_and_fresh_then_incremental(fake_spack: Path, capsys, monkeypatch) -> None:
+    out = fake_spack / "env"
+    # An install root that cannot exist here (whatever another run created).
+    site = fake_spack / "derecho.yaml"
+    site.write_text((paths.sites_dir() / "derecho.yaml").read_text()
+                    .replace("/glade/work/$user", "$TORCHMPI_TEST_UNSET"))
+    monkeypatch.delenv("TORCHMPI_TEST_UNSET", raising=False)
+    assert main(["concretize", str(site), "-o", str(out), "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "cray-mpich@8.1.27 (external)" in text
+    assert "nccl@2.29.2-1" in text and "aws-ofi-nccl@1.19.0" in text
+    assert "5 total, 4 to build from source, 1 external" in text
+    first = _argv(fake_spack)[-1]
+    assert first.endswith("concretize -f")  # no lock yet: full solve
+    assert "config:install_tree:root:" in first  # the site's tree is not on this host
+    # Unchanged environment, lock newer than every file: Spack decides (no -f).
+    future = time.time() + 5
+    os.utime(out / "spack.lock", (future, future))
+    assert main(["concretize", str(site), "-o", str(out), "-q"]) == 0
+    assert _argv(fake_spack)[-1].endswith("concretize")
+
+
+def test_failure_shows_spacks_reason(fake_spack: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("FAIL", "1")
+    assert main(["concretize", "derecho", "-o", str(fake_spack / "env"), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "Spack could not concretize derecho" in err
+    assert "cannot satisfy a requirement for package 'cray-mpich'" in err
+
+
+def test_json_summary(fake_spack: Path, capsys) -> None:
+    assert main(["concretize", "derecho", "-o", str(fake_spack / "env"), "-q", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["mpi"] == "cray-mpich@8.1.27 (external)" and data["targets"] == ["zen3"]
+
+
+def test_lock_reader(tmp_path: Path) -> None:
+    path = tmp_path / "spack.lock"
+    path.write_text(json.dumps(LOCK))
+    lock = Lock(path)
+    assert [n.name for n in lock.mpi()] == ["cray-mpich"]
+    assert lock.named("py-torch")[0].target == "zen3"
+    assert [n.label for n in lock.externals] == ["cray-mpich@8.1.27"]
+
+
+def test_offsite_install_tree(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SPACK_USER_CACHE_PATH", str(tmp_path))
+    monkeypatch.delenv("PSCRATCH", raising=False)
+    assert spackrun.offsite_install_args({}, "x") == []
+    args = spackrun.offsite_install_args({"install": {"root": "$PSCRATCH/sw"}}, "pm")
+    assert args == ["-c", f"config:install_tree:root:{tmp_path}/offsite-store/pm"]
+    monkeypatch.setenv("PSCRATCH", str(tmp_path))
+    assert spackrun.offsite_install_args({"install": {"root": "$PSCRATCH/sw"}}, "pm") == []
