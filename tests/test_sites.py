@@ -113,8 +113,10 @@ def test_rendered_yaml_parses_and_runtime_quotes(tmp_path: Path) -> None:
     assert "export NCCL_NET='AWS Libfabric'" in files["runtime.sh"]
     pkgs = yaml.safe_load(files["packages.yaml"])["packages"]
     assert pkgs["mpi"]["require"] == ["cray-mpich@8.1.27"]
-    assert pkgs["cray-mpich"]["externals"][0]["spec"] == "cray-mpich@8.1.27 +cuda cuda_arch=80"
-    assert pkgs["libfabric"]["buildable"] is False
+    # `name::` (PyYAML reads the key as "name:"): replaces lower-scope config.
+    assert pkgs["cray-mpich:"]["externals"][0]["spec"] == "cray-mpich@8.1.27 +cuda cuda_arch=80"
+    assert pkgs["libfabric:"]["buildable"] is False
+    assert pkgs["gcc:"]["buildable"] is False
 
 
 # --- --check and hand edits --------------------------------------------------

@@ -130,6 +130,14 @@ def test_derecho_torchvision_shares_the_torch(solved) -> None:
     assert torch.hash in {h for n, h, _ in vision.deps if n == "py-torch"}
 
 
+@pytest.mark.parametrize("name", SITES)
+def test_compiler_is_the_sites(solved, name) -> None:
+    """The site's compiler external, never one Spack detected on this host."""
+    lock = _lock(solved, name)
+    prefixes = {n.external_path for n in lock.named("gcc")}
+    assert prefixes == {solved[name].site.data["compilers"][0]["prefix"]}
+
+
 def test_cray_sites_reuse_the_site_externals(solved) -> None:
     for name in ("derecho", "perlmutter", "alps-gh200"):
         lock = _lock(solved, name)

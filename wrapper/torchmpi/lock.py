@@ -24,6 +24,7 @@ class Node:
     target: str
     variants: dict[str, Any]
     external: bool
+    external_path: str | None
     deps: list[tuple[str, str, list[str]]]  # (name, hash, virtuals)
 
     @property
@@ -55,6 +56,7 @@ class Lock:
                 target=str(target or ""),
                 variants=spec.get("parameters") or {},
                 external=bool(spec.get("external")),
+                external_path=(spec.get("external") or {}).get("path"),
                 deps=deps,
             )
         self.root_hashes = [r["hash"] for r in data.get("roots", [])]
