@@ -1,0 +1,271 @@
+"""Modules and runtime variables, with a real (fake-installed) Spack tree and real Lmod.
+
+For ``local`` and ``derecho`` the rendered environment is concretized once,
+fake-installed into a scratch store and turned into an Lmod tree; then a real
+``bash`` with Lmod loads the MPI module and ``py-torch-mpi`` exactly as a user
+would, and ``spack env activate`` is evaluated the same way.  What a job sees
+must be the same on both paths (docs/admins.md, "Runtime variables").
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from torchmpi import modules as modmod
+from torchmpi import paths
+from torchmpi import render as renderer
+from torchmpi import site as sitemod
+
+pytestmark = pytest.mark.spack
+
+LMOD_INIT = Path(os.environ.get("TORCHMPI_LMOD_INIT", "/usr/share/lmod/lmod/init/bash"))
+SITES = ("local", "derecho")
+#: Variables the packages' own run environments set (aws-ofi-nccl, nccl-ss11, py-torch-mpi).
+PACKAGE_VARS = ("NCCL_NET", "NCCL_CROSS_NIC", "NCCL_NET_GDR_LEVEL", "FI_CXI_DISABLE_HOST_REGISTER",
+                "FI_MR_CACHE_MONITOR", "FI_CXI_DEFAULT_CQ_SIZE", "MPICH_GPU_SUPPORT_ENABLED")
+
+
+@dataclass
+class Deployed:
+    """One site's fake-installed environment and its module tree."""
+
+    site: sitemod.Site
+    env_dir: Path
+    store: Path
+    modules_root: Path
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def overrides(self) -> list[str]:
+        """Scratch store and module root instead of the site's (``spack -c``)."""
+        return ["-c", f"config:install_tree:root:{self.store}",
+                "-c", f"modules:default:roots:lmod:{self.modules_root}"]
+
+    def core(self) -> Path:
+        """The Lmod Core directory (``<root>/<arch>/Core``)."""
+        found = sorted(self.modules_root.glob("*/Core"))
+        assert len(found) == 1, f"expected one Core layer under {self.modules_root}: {found}"
+        return found[0]
+
+
+def _fix_fake_prefixes(spack, dep: Deployed) -> None:
+    """Make fake prefixes good enough for module generation (see docs/admins.md).
+
+    Spack asks python-venv's ``python3`` for its site-packages layout and puts
+    an extension on PYTHONPATH only if that directory exists; intel-oneapi-mkl's
+    module sources ``mkl/X.Y/env/vars.sh``.  Fake installs have none of these.
+    """
+    code = (
+        "import sys\nfrom spack.environment import Environment\n"
+        "for s in Environment(sys.argv[1]).all_specs():\n"
+        "    if not s.external:\n"
+        "        print(s.name, s.prefix, s.version.up_to(2))\n"
+    )
+    out = spack.run(*dep.overrides, "python", _script(dep.env_dir.parent, code),
+                    str(dep.env_dir)).stdout
+    pyver = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for line in out.splitlines():
+        name, prefix, version = line.split()
+        if name == "python-venv":
+            shutil.rmtree(prefix, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", "--without-pip", prefix], check=True)
+        elif name.startswith("py-"):
+            (Path(prefix) / "lib" / pyver / "site-packages").mkdir(parents=True, exist_ok=True)
+        elif name == "intel-oneapi-mkl":
+            (Path(prefix) / "mkl" / version / "env").mkdir(parents=True, exist_ok=True)
+            (Path(prefix) / "mkl" / version / "env" / "vars.sh").write_text("")
+
+
+def _script(where: Path, code: str) -> str:
+    path = where / "spack-script.py"
+    path.write_text(code)
+    return str(path)
+
+
+def _reuse_lock(name: str, env_dir: Path) -> bool:
+    """Copy the checkout's spack.lock when it is current; a solve costs minutes on 2 cores.
+
+    Current means: the checkout's environment renders exactly as ours, and the
+    lock is newer than its rendered files and every torchmpi package file (the
+    rule ``torchmpi concretize`` uses, extended to the recipes).  Otherwise, as
+    on a clean clone, the test concretizes.
+    """
+    checkout = paths.environments_dir() / name
+    lock = checkout / "spack.lock"
+    if not lock.is_file():
+        return False
+    for rendered in ("spack.yaml", "packages.yaml"):  # headers too: they carry the pins
+        theirs = checkout / rendered
+        if not theirs.is_file() or theirs.read_text() != (env_dir / rendered).read_text():
+            return False
+    inputs = [checkout / f for f in renderer.FILES if (checkout / f).is_file()]
+    inputs += [p for p in paths.torchmpi_repo().rglob("*") if p.is_file()]
+    if max(p.stat().st_mtime for p in inputs) > lock.stat().st_mtime:
+        return False
+    shutil.copy2(lock, env_dir / "spack.lock")
+    return True
+
+
+def _deploy(spack, tree: Path, name: str) -> Deployed:
+    site = sitemod.load(name)
+    env_dir = tree / "environments" / name
+    renderer.write(env_dir, renderer.render(site, env_dir))
+    dep = Deployed(site, env_dir, tree / f"store-{name}", tree / f"modules-{name}")
+    env = ["-e", str(env_dir)]
+
+    def timed(step: str, *args: str) -> None:
+        start = time.monotonic()
+        spack.run(*args, timeout=1800)
+        dep.seconds[step] = round(time.monotonic() - start, 1)
+
+    if _reuse_lock(name, env_dir):
+        dep.seconds["concretize"] = 0.0
+    else:
+        timed("concretize", *env, "concretize", "-f")
+    timed("install --fake", *dep.overrides, "-c", "modules:default:enable::[]", *env,
+          "install", "--fake")
+    _fix_fake_prefixes(spack, dep)
+    timed("lmod refresh", *dep.overrides, *env, "module", "lmod", "refresh", "-y",
+          "--delete-tree")
+    return dep
+
+
+@pytest.fixture(scope="module")
+def deployed(spack, tmp_path_factory) -> dict[str, Deployed]:
+    if not LMOD_INIT.is_file():
+        pytest.skip(f"Lmod not installed ({LMOD_INIT}; apt install lmod, or make setup)")
+    tree = tmp_path_factory.mktemp("modules-checkout")
+    # The committed relative repo path (../../spack_repo/torchmpi) must resolve.
+    (tree / "spack_repo").symlink_to(paths.root() / "spack_repo")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = dict(zip(SITES, pool.map(lambda n: _deploy(spack, tree, n), SITES)))
+    for name, dep in done.items():
+        print(f"modules {name}: {dep.seconds}")
+    return done
+
+
+def _bash(spack, script: str, check: bool = True) -> subprocess.CompletedProcess:
+    """A login-like bash with Lmod initialised, as a user's shell on a login node."""
+    env = dict(spack.env, PATH=f"{spack.root / 'bin'}{os.pathsep}{spack.env['PATH']}")
+    for key in [k for k in env if k.startswith(("LMOD", "MODULE", "_ModuleTable", "__LMOD"))]:
+        del env[key]
+    env.pop("MODULEPATH", None)
+    full = f"source {shlex.quote(str(LMOD_INIT))}\nset -e\n{script}"
+    proc = subprocess.run(["bash", "--noprofile", "--norc", "-c", full], env=env, check=False,
+                          capture_output=True, text=True, timeout=300)
+    if check and proc.returncode != 0:
+        pytest.fail(f"bash exited {proc.returncode}\n--- script ---\n{script}\n--- stdout ---\n"
+                    f"{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def _env_after(spack, script: str) -> dict[str, str]:
+    """The environment at the end of ``script`` (NUL-separated, so values may hold anything)."""
+    out = _bash(spack, script + "\nenv -0\n").stdout
+    return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
+
+
+def _mpi_module(dep: Deployed) -> str:
+    """The module that opens the MPI layer: the site's MPI by name and version."""
+    mpis = sorted(p for p in dep.core().glob("*/*.lua")
+                  if p.parent.name in ("cray-mpich", "openmpi", "openmpi-cuda", "mpich"))
+    assert len(mpis) == 1, f"expected one MPI module in Core: {mpis}"
+    return f"{mpis[0].parent.name}/{mpis[0].stem}"
+
+
+def _module_env(spack, dep: Deployed) -> dict[str, str]:
+    return _env_after(spack, f"module use {dep.core()}\nmodule load {_mpi_module(dep)}\n"
+                             "module load py-torch-mpi\n")
+
+
+def _activate_env(spack, dep: Deployed) -> dict[str, str]:
+    overrides = " ".join(shlex.quote(a) for a in dep.overrides)
+    return _env_after(spack, f"eval \"$(spack {overrides} env activate --sh {dep.env_dir})\"\n")
+
+
+@pytest.mark.parametrize("name", SITES)
+def test_module_load_gives_the_site_runtime_and_python_path(spack, deployed, name) -> None:
+    dep = deployed[name]
+    got = _module_env(spack, dep)
+    expected = modmod.runtime_env(dep.site.data)
+    assert {k: got.get(k) for k in expected} == expected
+    if dep.site.data["fabric"] == "slingshot":
+        assert got["NCCL_NET"] and got["FI_CXI_DISABLE_HOST_REGISTER"] == "1"
+        plugin = [d for d in got["LD_LIBRARY_PATH"].split(":") if "aws-ofi-nccl" in d]
+        assert plugin and all(Path(d).is_dir() for d in plugin), got["LD_LIBRARY_PATH"]
+        assert "NCCL_NET_PLUGIN" not in got  # breaks plugin loading (docs/troubleshooting.md)
+    else:
+        assert not any(k.startswith(("FI_CXI_", "NCCL_NET")) for k in got)
+    pythonpath = got.get("PYTHONPATH", "").split(":")
+    for pkg in ("py-torch-mpi", "py-torch"):
+        dirs = [d for d in pythonpath if f"/{pkg}-" in d and "site-packages" in d]
+        assert dirs, f"{pkg} site-packages not on PYTHONPATH: {pythonpath}"
+
+
+@pytest.mark.parametrize("name", SITES)
+def test_spack_env_activate_gives_the_same_values(spack, deployed, name) -> None:
+    dep = deployed[name]
+    module, activated = _module_env(spack, dep), _activate_env(spack, dep)
+    names = set(modmod.runtime_env(dep.site.data)) | set(PACKAGE_VARS)
+    assert {k: activated.get(k) for k in names} == {k: module.get(k) for k in names}
+
+
+def test_cray_gpu_switch_is_set_with_gtl(deployed) -> None:
+    """Derecho: +cuda_aware_mpi links GTL, so the switch is 1 on both paths."""
+    assert modmod.runtime_env(deployed["derecho"].site.data)["MPICH_GPU_SUPPORT_ENABLED"] == "1"
+
+
+@pytest.mark.parametrize("name", SITES)
+def test_module_avail_shows_only_what_a_user_picks(spack, deployed, name) -> None:
+    dep = deployed[name]
+    mpi = _mpi_module(dep)
+    script = f"module use {dep.core()}\nmodule load {mpi}\nmodule -t avail 2>&1\n"
+    out = _bash(spack, script).stdout
+    # Terse output: one "name/" line per module name, then its "name/version" lines.
+    names = sorted(line.strip() for line in out.splitlines() if line.strip()
+                   and not line.startswith("/") and ":" not in line and not line.endswith("/"))
+    visible = {n.split("/")[0] for n in names}
+    expected = {mpi.split("/")[0], "py-torch-mpi"} | {
+        renderer._pkg_name(s) for s in dep.site.data.get("extra_specs", [])}
+    assert visible == expected, out
+    torch = [n for n in names if n.startswith("py-torch-mpi/")]
+    assert len(torch) == 1 and torch[0].count("/") == 1, names
+    if dep.site.gpu:  # readable: torch version and CUDA version, no hash
+        version = torch[0].split("/")[1]
+        assert "-cuda" in version and version.endswith(dep.site.gpu["cuda"]["spec"].split("@")[1])
+
+
+@pytest.mark.parametrize("name", SITES)
+def test_py_torch_mpi_needs_its_mpi_module_first(spack, deployed, name) -> None:
+    dep = deployed[name]
+    proc = _bash(spack, f"module use {dep.core()}\nmodule load py-torch-mpi\n", check=False)
+    assert proc.returncode != 0
+    msg = " ".join((proc.stdout + proc.stderr).split())  # Lmod wraps lines
+    assert "exist but cannot be loaded as requested" in msg, msg
+    assert 'module spider py-torch-mpi' in msg, msg
+
+
+def test_buildcache_push_and_list(spack, deployed, tmp_path) -> None:
+    """The admin's binary mirror (docs/admins.md §5), on the fake derecho tree."""
+    dep = deployed["derecho"]
+    mirror = tmp_path / "mirror"
+    pkgs = ("aws-ofi-nccl", "nccl-ss11", "py-torch-mpi")
+    spack.run(*dep.overrides, "-e", str(dep.env_dir), "buildcache", "push", "--unsigned",
+              "--update-index", "--only", "package", str(mirror), *pkgs)
+    out = spack.run("-c", f"mirrors:torchmpi-cache:{mirror}", "buildcache", "list",
+                    "--allarch").stdout
+    listed = {line.split("@")[0] for line in out.splitlines() if "@" in line
+              and not line.startswith("--")}
+    assert set(pkgs) <= listed, out
+    # --only package: no built dependency came along (externals are listed as
+    # records, docs/admins.md §5).
+    assert not listed & {"nccl", "py-torch", "python"}, out
