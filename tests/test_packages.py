@@ -158,7 +158,10 @@ def cray_env(spack, tmp_path_factory) -> Path:
     cxi libfabric as externals (fake prefixes laid out like the real ones),
     py-torch-mpi for Slingshot plus builtin py-torchvision, unified."""
     base = tmp_path_factory.mktemp("cray-env")
-    ext = base / "externals"
+    # Fake external prefixes at a fixed place beside the user cache: identical
+    # solver input from run to run, so Spack's concretization cache can answer
+    # a repeated solve of an unchanged DAG.
+    ext = spack.cache_dir.parent / "test-externals"
     # Cray PE layout: the prefix is <mpich>/ofi/<compiler>/<version> and GTL
     # lives in <mpich>/gtl/lib, where builtin cray-mpich's gtl_lib looks.
     cray_root = _fake_external(ext / "mpich" / "8.1.29", ("gtl/lib/libmpi_gtl_cuda.so",))
