@@ -76,6 +76,8 @@ def bench_site(tree: Path, name: str) -> dict:
     print(f"[{name}] re-concretize unchanged ...", file=sys.stderr, flush=True)
     again_s, _ = spack(*store, "-e", str(env_dir), "concretize")
     bare_spec = "builtin.py-torch" + (f" +cuda cuda_arch={site.cuda_arch}" if site.gpu else "")
+    if name != "local":  # as in the environment's roots (cross-target solves need it)
+        bare_spec += f" target={site.data['target']}"
     print(f"[{name}] bare: spack spec {bare_spec} ...", file=sys.stderr, flush=True)
     bare_s, proc = spack(*NO_CACHE, "-C", str(scope), "spec", "--json", bare_spec)
     nodes = json.loads(proc.stdout)["spec"]["nodes"]
