@@ -203,6 +203,10 @@ def test_module_load_gives_the_site_runtime_and_python_path(spack, deployed, nam
         plugin = [d for d in got["LD_LIBRARY_PATH"].split(":") if "aws-ofi-nccl" in d]
         assert plugin and all(Path(d).is_dir() for d in plugin), got["LD_LIBRARY_PATH"]
         assert "NCCL_NET_PLUGIN" not in got  # breaks plugin loading (docs/troubleshooting.md)
+        # The site wins: the autoloaded plugin module sets its own default first.
+        plugin_mod = next(dep.core().parent.glob("*/*/Core/aws-ofi-nccl/*.lua")).read_text()
+        if 'setenv("NCCL_NET", "OFI")' in plugin_mod and expected.get("NCCL_NET"):
+            assert got["NCCL_NET"] == expected["NCCL_NET"] != "OFI"
     else:
         assert not any(k.startswith(("FI_CXI_", "NCCL_NET")) for k in got)
     pythonpath = got.get("PYTHONPATH", "").split(":")
