@@ -23,6 +23,10 @@ clone_pinned() {
   if [ -d "$dest/.git" ]; then
     local have
     have=$(git -C "$dest" describe --tags --exact-match 2>/dev/null || true)
+    # Several tags may name the pinned commit (v1.1.0 is also releases/latest):
+    # compare commits, not the one name describe happens to pick.
+    if [ "$(git -C "$dest" rev-parse -q --verify "refs/tags/$tag^{commit}" 2>/dev/null)" = \
+         "$(git -C "$dest" rev-parse HEAD)" ]; then have=$tag; fi
     [ "$have" = "$tag" ] || die "$dest is at '${have:-an untagged commit}', expected $tag. Remove it and run 'make setup' again."
     echo "torchmpi setup: reusing $dest ($tag)"
     return
