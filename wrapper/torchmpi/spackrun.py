@@ -65,10 +65,14 @@ def run_streaming(
     )
     lines: list[str] = []
     done = threading.Event()
+    last = [start]  # time of the last output line
 
     def beat() -> None:
-        while not done.wait(heartbeat_s):
-            on_line(f"   ... still running, {time.monotonic() - start:.0f} s")
+        while not done.wait(heartbeat_s / 3):
+            now = time.monotonic()
+            if now - last[0] >= heartbeat_s:  # only while Spack itself is silent
+                last[0] = now
+                on_line(f"   ... still running, {now - start:.0f} s")
 
     ticker = threading.Thread(target=beat, daemon=True)
     ticker.start()
@@ -76,6 +80,7 @@ def run_streaming(
         assert proc.stdout is not None
         for line in proc.stdout:
             line = line.rstrip("\n")
+            last[0] = time.monotonic()
             lines.append(line)
             on_line(line)
         rc = proc.wait()
