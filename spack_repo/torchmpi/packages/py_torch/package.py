@@ -15,10 +15,9 @@ site-wide.  See docs/design.md.
 import os
 
 from spack_repo.builtin.packages.py_torch.package import PyTorch as BuiltinPyTorch
+from spack_repo.torchmpi.packages.py_torch.cuda_aware_mpi import patch_file
 
 from spack.package import *
-
-from spack_repo.torchmpi.packages.py_torch.cuda_aware_mpi import patch_file
 
 #: The file holding PyTorch's CUDA-awareness check for the MPI backend.
 PROCESS_GROUP_MPI = os.path.join("torch", "csrc", "distributed", "c10d", "ProcessGroupMPI.cpp")
