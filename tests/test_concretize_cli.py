@@ -122,3 +122,21 @@ def test_offsite_install_tree(tmp_path: Path, monkeypatch) -> None:
     assert args == ["-c", f"config:install_tree:root:{tmp_path}/offsite-store/pm"]
     monkeypatch.setenv("PSCRATCH", str(tmp_path))
     assert spackrun.offsite_install_args({"install": {"root": "$PSCRATCH/sw"}}, "pm") == []
+
+
+def test_roots_paired_with_another_roots_hash_are_refused(fake_spack: Path, capsys) -> None:
+    """A lock whose root points at another package's spec (seen with Spack 1.1's
+    concretization cache on a two-root site) is an error, not a summary."""
+    swapped = json.loads(json.dumps(LOCK))
+    swapped["roots"] = [{"hash": "t", "spec": "py-torch-mpi +cuda"},
+                        {"hash": "r", "spec": "torchmpi.py-torch"}]
+    (fake_spack / "lock.json").write_text(json.dumps(swapped))
+    assert main(["concretize", "derecho", "-o", str(fake_spack / "env"), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "root 'py-torch-mpi +cuda' points at py-torch@2.11.0 (hash t)" in err
+    assert "root 'torchmpi.py-torch' points at py-torch-mpi@0.1.0 (hash r)" in err
+    # The same lock with the roots the right way round is accepted.
+    swapped["roots"] = [{"hash": "r", "spec": "py-torch-mpi +cuda"},
+                        {"hash": "t", "spec": "torchmpi.py-torch"}]
+    (fake_spack / "lock.json").write_text(json.dumps(swapped))
+    assert main(["concretize", "derecho", "-o", str(fake_spack / "env"), "-q", "-f"]) == 0

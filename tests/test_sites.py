@@ -98,6 +98,17 @@ def test_environment_finds_the_repo_relatively() -> None:
     assert (paths.environments_dir() / "derecho" / rel / "repo.yaml").is_file()
 
 
+@pytest.mark.parametrize("name", SHIPPED)
+def test_rendered_environment_turns_the_concretization_cache_off(
+    name: str, tmp_path: Path
+) -> None:
+    """Spack 1.1's cache can answer with a stale solve after a package edit
+    (spack/spack#51553): every rendered environment says enable: false."""
+    files = renderer.render(sitemod.load(name), tmp_path)
+    concretizer = yaml.safe_load(files["spack.yaml"])["spack"]["concretizer"]
+    assert concretizer["concretization_cache"] == {"enable": False}
+
+
 def test_requirements_not_variants() -> None:
     for name in COMMITTED:
         for fname in ("spack.yaml", "packages.yaml"):

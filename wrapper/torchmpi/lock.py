@@ -7,12 +7,19 @@ summary and the DAG checks in the tests independent of Spack's Python API.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 #: Package names that can provide ``mpi`` in the environments we render.
 MPI_NAMES = ("cray-mpich", "openmpi-cuda", "openmpi", "mpich", "mvapich")
+
+
+def root_name(spec: str) -> str:
+    """The package name of a root spec string (``ns.pkg@1 +v`` -> ``pkg``)."""
+    head = re.split(r"[\s@%^+~]", spec.strip(), maxsplit=1)[0]
+    return head.rsplit(".", 1)[-1]
 
 
 @dataclass
@@ -61,6 +68,23 @@ class Lock:
             )
         self.root_hashes = [r["hash"] for r in data.get("roots", [])]
         self.root_specs = [r.get("spec", "") for r in data.get("roots", [])]
+
+    def root_mismatches(self) -> list[str]:
+        """Roots whose hash names a spec of another package, as messages.
+
+        Spack 1.1's concretization cache was seen to write a two-root lock with
+        each root paired to the other's hash; a lock like that installs the
+        wrong thing under the right name.  Empty when every root is sound.
+        """
+        problems = []
+        for text, h in zip(self.root_specs, self.root_hashes):
+            wanted = root_name(text)
+            node = self.nodes.get(h)
+            if node is None:
+                problems.append(f"root '{text}' points at hash {h}, which is not in the lock")
+            elif node.name != wanted:
+                problems.append(f"root '{text}' points at {node.label} (hash {h})")
+        return problems
 
     def named(self, name: str) -> list[Node]:
         return [n for n in self.nodes.values() if n.name == name]

@@ -74,7 +74,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"torchmpi concretize: Spack could not concretize {site.name} (exit {rc},"
               f" {seconds:.0f} s):\n{reason}", file=sys.stderr)
         return 1
-    summary = Lock(outdir / "spack.lock").summary()
+    lock = Lock(outdir / "spack.lock")
+    wrong = lock.root_mismatches()
+    if wrong:
+        print(f"torchmpi concretize: {lock.path} maps roots to the wrong specs:\n  "
+              + "\n  ".join(wrong) + f"\nRe-solve with `torchmpi concretize {site.name} -f`.",
+              file=sys.stderr)
+        return 1
+    summary = lock.summary()
     summary.update(site=site.name, seconds=round(seconds, 1), lock=str(outdir / "spack.lock"))
     if args.json:
         print(json.dumps(summary, indent=2))
