@@ -1,24 +1,29 @@
 """The py-torch override's MPICH/Cray MPICH CUDA-awareness patch.
 
-Runs the patch logic of ``spack_repo/torchmpi/packages/py_torch`` on fixture
-sources shaped like PyTorch 2.4-era, 2.9-era and already-fixed
-``ProcessGroupMPI.cpp``, then compiles the result against stub MPI headers and
-runs it: the patched check must say "CUDA-aware" exactly when the MPI is.
+Runs the patch logic of ``spack_repo/torchmpi/packages/py_torch`` on excerpts
+of PyTorch's real ``ProcessGroupMPI.cpp`` (``tests/fixtures/process_group_mpi``,
+one per release whose text could be checked, each header naming tag, commit
+and path), then compiles the result against stub MPI headers and runs it: the
+patched check must say "CUDA-aware" exactly when the MPI is.  A source that
+already has an MPICH branch (PR #178323 on main) must be left alone.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import PINS, _cache_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "process_group_mpi"
 STUB = FIXTURES / "stub"
+UPSTREAM_PATH = "torch/csrc/distributed/c10d/ProcessGroupMPI.cpp"
 
 
 def _load_patch_module():
@@ -31,15 +36,100 @@ def _load_patch_module():
 
 patch = _load_patch_module()
 
+ALL = sorted(p.name for p in FIXTURES.glob("*.cpp"))
+#: Released shapes without an MPICH branch: the patch must add one.
+UNFIXED = [n for n in ALL if not patch.has_mpich_branch((FIXTURES / n).read_text())]
+#: Sources that already carry upstream's MPICH branch: left untouched.
+FIXED = [n for n in ALL if n not in UNFIXED]
+
+
+def _source(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
 
 def _function(source: str) -> str:
     start = source.index("bool cudaAwareMpiCheck() {")
     return source[start : source.index("\n}\n", start)]
 
 
-@pytest.mark.parametrize("era", ["v2.4", "v2.9"])
-def test_patch_adds_honest_mpich_branch(era: str) -> None:
-    source = (FIXTURES / f"{era}.cpp").read_text()
+def _header(name: str) -> tuple[dict[str, str], list[str]]:
+    """The fixture's leading ``// Key: value`` fields (continuations joined) and body."""
+    lines = _source(name).split("\n")
+    fields: dict[str, str] = {}
+    key = None
+    for i, line in enumerate(lines):
+        if not line.startswith("//"):
+            return fields, lines[i:]
+        text = line[2:].strip()
+        match = re.match(r"([A-Z][a-z]+): (.*)", text)
+        if match:
+            key = match.group(1)
+            fields[key] = match.group(2)
+        elif key and line.startswith("//   "):
+            fields[key] += " " + text
+        else:
+            key = None
+    return fields, []
+
+
+def test_fixture_set() -> None:
+    # Both kinds are present, so no parametrized test below runs on nothing.
+    assert UNFIXED and FIXED
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_fixture_header_names_tag_commit_path(name: str) -> None:
+    fields, body = _header(name)
+    assert fields["Upstream"] == "https://github.com/pytorch/pytorch"
+    assert fields["Path"] == UPSTREAM_PATH
+    assert {"Tag", "Commit", "Verified", "Verbatim"} <= fields.keys()
+    if fields["Verified"] == "yes":
+        assert fields["Tag"] == name.removesuffix(".cpp")
+        assert re.fullmatch(r"[0-9a-f]{40}", fields["Commit"])
+        assert "sha256" in fields["Source"] and "git blob" in fields["Source"]
+    else:
+        # Unverified text must say so, why, and not pose as a release.
+        assert fields["Verified"].startswith("no -- ") and fields["Commit"] == "unknown"
+        assert fields["Tag"].startswith("none") and not name.startswith("v")
+    # The kept ranges and the "omitted" markers tile the source from line 1 on.
+    kind, ranges = re.fullmatch(r"(upstream|listing) lines (.*)", fields["Verbatim"]).groups()
+    kept = [tuple(map(int, (r.split("-") * 2)[:2])) for r in ranges.split(", ")]
+    assert body[0] == "" and body[-1] == ""
+    line, pieces = 1, []
+    for text in body[1:-1]:
+        omitted = re.fullmatch(rf"// \[fixture\] {kind} lines (\d+)-(\d+) omitted: .+", text)
+        if omitted:
+            first, last = map(int, omitted.groups())
+            assert first == line and last >= first
+            line = last + 1
+        else:
+            if pieces and pieces[-1][1] == line - 1:
+                pieces[-1] = (pieces[-1][0], line)
+            else:
+                pieces.append((line, line))
+            line += 1
+    assert pieces == kept
+
+
+@pytest.mark.parametrize("name", [n for n in ALL if n.startswith("v")])
+def test_fixture_commit_is_builtin_py_torch(name: str) -> None:
+    """The tag and commit are those the pinned builtin py-torch builds."""
+    packages = Path(
+        os.environ.get("TORCHMPI_PACKAGES_ROOT")
+        or _cache_dir() / f"spack-packages-{PINS['TORCHMPI_SPACK_PACKAGES_TAG']}"
+    )
+    builtin = packages / "repos/spack_repo/builtin/packages/py_torch/package.py"
+    if not builtin.exists():
+        pytest.skip(f"{builtin} missing: run make setup")
+    fields, _ = _header(name)
+    tag = fields["Tag"]
+    line = f'version("{tag[1:]}", tag="{tag}", commit="{fields["Commit"]}")'
+    assert line in builtin.read_text()
+
+
+@pytest.mark.parametrize("name", UNFIXED)
+def test_patch_adds_honest_mpich_branch(name: str) -> None:
+    source = _source(name)
     patched = patch.patch_source(source)
     body = _function(patched)
     # The MPICH branch sits between the Open MPI branch and the final #else.
@@ -62,19 +152,22 @@ def test_patch_adds_honest_mpich_branch(era: str) -> None:
         "bool cudaAwareMpiCheck()"
     )
     assert "#include <cstdlib>" in patched
-    # The Open MPI branch is untouched.
+    # The Open MPI branch is untouched, and nothing but the three insertions changed.
     assert _function(source).split("#else")[0] in body
+    removed = patched.replace(patch._INCLUDES, "", 1).replace(patch._HELPER, "", 1)
+    assert removed.replace(patch._BRANCH, "", 1) == source
 
 
-@pytest.mark.parametrize("era", ["v2.4", "v2.9"])
-def test_patch_is_idempotent(era: str) -> None:
-    once = patch.patch_source((FIXTURES / f"{era}.cpp").read_text())
+@pytest.mark.parametrize("name", ALL)
+def test_patch_is_idempotent(name: str) -> None:
+    once = patch.patch_source(_source(name))
     assert patch.has_mpich_branch(once)
     assert patch.patch_source(once) == once
 
 
-def test_source_with_mpich_branch_is_unchanged(tmp_path: Path) -> None:
-    source = (FIXTURES / "fixed.cpp").read_text()
+@pytest.mark.parametrize("name", FIXED)
+def test_source_with_mpich_branch_is_unchanged(tmp_path: Path, name: str) -> None:
+    source = _source(name)
     assert patch.has_mpich_branch(source)
     target = tmp_path / "ProcessGroupMPI.cpp"
     target.write_text(source)
@@ -129,32 +222,54 @@ def _run(exe: Path, **env: str) -> str:
                           check=True).stdout.strip()
 
 
-@pytest.mark.parametrize("era", ["v2.4", "v2.9"])
-def test_unpatched_source_rejects_cuda_tensors_on_mpich(tmp_path: Path, era: str) -> None:
+@pytest.mark.parametrize("name", UNFIXED)
+def test_unpatched_source_rejects_cuda_tensors_on_mpich(tmp_path: Path, name: str) -> None:
     """The bug being fixed: MPICH is never CUDA-aware to stock PyTorch."""
-    exe = _build(tmp_path, (FIXTURES / f"{era}.cpp").read_text(), "mpich")
-    assert _run(exe, MPICH_GPU_SUPPORT_ENABLED="1") == "rejected"
+    exe = _build(tmp_path, _source(name), "mpich", "-DSTUB_MPIX_GPU")
+    assert _run(exe, MPICH_GPU_SUPPORT_ENABLED="1", STUB_GPU_QUERY="1") == "rejected"
 
 
-@pytest.mark.parametrize("era", ["v2.4", "v2.9"])
-def test_patched_check_follows_cray_switch(tmp_path: Path, era: str) -> None:
-    exe = _build(tmp_path, patch.patch_source((FIXTURES / f"{era}.cpp").read_text()), "mpich")
+@pytest.mark.parametrize("name", UNFIXED)
+def test_patched_check_follows_cray_switch(tmp_path: Path, name: str) -> None:
+    exe = _build(tmp_path, patch.patch_source(_source(name)), "mpich")
     assert _run(exe, MPICH_GPU_SUPPORT_ENABLED="1") == "accepted"
     assert _run(exe, MPICH_GPU_SUPPORT_ENABLED="0") == "rejected"
     assert _run(exe) == "rejected"  # plain MPICH without the query API: not CUDA-aware
 
 
-@pytest.mark.parametrize("era", ["v2.4", "v2.9"])
-def test_patched_check_asks_mpich4_library(tmp_path: Path, era: str) -> None:
-    source = patch.patch_source((FIXTURES / f"{era}.cpp").read_text())
-    exe = _build(tmp_path, source, "mpich", "-DSTUB_MPIX_GPU")
+@pytest.mark.parametrize("name", UNFIXED)
+def test_patched_check_asks_mpich4_library(tmp_path: Path, name: str) -> None:
+    exe = _build(tmp_path, patch.patch_source(_source(name)), "mpich", "-DSTUB_MPIX_GPU")
     assert _run(exe, STUB_GPU_QUERY="1") == "accepted"
     assert _run(exe, STUB_GPU_QUERY="0") == "rejected"
     # The Cray switch, when set, is the answer even if the library says yes.
     assert _run(exe, STUB_GPU_QUERY="1", MPICH_GPU_SUPPORT_ENABLED="0") == "rejected"
 
 
-@pytest.mark.parametrize("era", ["v2.4", "v2.9"])
-def test_patched_check_keeps_open_mpi_path(tmp_path: Path, era: str) -> None:
-    exe = _build(tmp_path, patch.patch_source((FIXTURES / f"{era}.cpp").read_text()), "openmpi")
+@pytest.mark.parametrize("name", FIXED)
+def test_upstream_mpich_branch_follows_cray_switch(tmp_path: Path, name: str) -> None:
+    """Left unpatched, upstream's own branch answers as the patch would for Cray."""
+    exe = _build(tmp_path, patch.patch_source(_source(name)), "mpich", "-DSTUB_MPIX_GPU")
+    assert _run(exe, MPICH_GPU_SUPPORT_ENABLED="1") == "accepted"
+    assert _run(exe, MPICH_GPU_SUPPORT_ENABLED="0") == "rejected"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_patched_check_keeps_open_mpi_path(tmp_path: Path, name: str) -> None:
+    exe = _build(tmp_path, patch.patch_source(_source(name)), "openmpi")
     assert _run(exe) == "accepted"
+
+
+def test_patcher_digest_is_in_the_package_file() -> None:
+    """Spack hashes py_torch/package.py, not the modules it imports: the
+    patcher's sha256 is written there, so changing the patcher changes the
+    package hash (and patch() refuses a patcher whose digest differs)."""
+    import hashlib
+    import re
+
+    package = (ROOT / "spack_repo/torchmpi/packages/py_torch/package.py").read_text()
+    recorded = re.search(r'^CUDA_AWARE_MPI_SHA256 = "([0-9a-f]{64})"$', package, re.MULTILINE)
+    assert recorded, "CUDA_AWARE_MPI_SHA256 missing from py_torch/package.py"
+    patcher = ROOT / "spack_repo/torchmpi/packages/py_torch/cuda_aware_mpi.py"
+    assert recorded.group(1) == hashlib.sha256(patcher.read_bytes()).hexdigest(), (
+        "cuda_aware_mpi.py changed: update CUDA_AWARE_MPI_SHA256 in py_torch/package.py")

@@ -7,11 +7,14 @@ done once per session and shared by the tests that inspect its DAG.
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import ROOT
 
 pytestmark = pytest.mark.spack
@@ -128,11 +131,17 @@ def test_openmpi_dag(openmpi_dag: Dag) -> None:
     dag = openmpi_dag
     torch = dag.one("py-torch")
     assert torch["namespace"] == "torchmpi"
-    for variant in ("distributed", "mpi", "cuda", "nccl", "cuda_aware_mpi"):
+    for variant in ("distributed", "mpi", "gloo", "cuda", "nccl", "cuda_aware_mpi"):
         assert dag.variant("py-torch", variant) is True, variant
+    assert "gloo" in dag.deps("py-torch")
     assert dag.deps("py-torch")["openmpi-cuda"]["parameters"]["cuda"] is True
     assert not dag.named("openmpi") and not dag.named("mpich")
     assert dag.variant("nccl", "fabrics") == ["verbs"]
+    # GPUDirect over InfiniBand: Open MPI on UCX with CUDA and gdrcopy.
+    assert dag.variant("openmpi-cuda", "fabrics") == ["ucx"]
+    ucx = dag.deps("openmpi-cuda")["ucx"]
+    assert ucx["parameters"]["cuda"] is True and ucx["parameters"]["gdrcopy"] is True
+    assert "gdrcopy" in dag.deps("ucx")
     assert not dag.named("aws-ofi-nccl") and not dag.named("nccl-ss11")
     assert dag.variant("py-torch", "cuda_arch") == ["80"]
     assert dag.variant("nccl", "cuda_arch") == ["80"]
@@ -152,6 +161,19 @@ def _fake_external(root: Path, files: tuple[str, ...]) -> Path:
     return root
 
 
+def _stub_library(path: Path, symbol: str) -> Path:
+    """Compile a real (tiny) shared library at ``path``: a linker must find it."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if not cc:
+        pytest.fail("no C compiler to build the stub GTL library (apt install gcc)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    source = path.with_suffix(".c")
+    source.write_text(f"int {symbol}(void) {{ return 0; }}\n")
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(path), str(source)], check=True)
+    source.unlink()
+    return path
+
+
 @pytest.fixture(scope="session")
 def cray_env(spack, tmp_path_factory) -> Path:
     """An environment shaped like a Cray EX site: cray-mpich +cuda, cuda and a
@@ -164,7 +186,8 @@ def cray_env(spack, tmp_path_factory) -> Path:
     ext = spack.cache_dir.parent / "test-externals"
     # Cray PE layout: the prefix is <mpich>/ofi/<compiler>/<version> and GTL
     # lives in <mpich>/gtl/lib, where builtin cray-mpich's gtl_lib looks.
-    cray_root = _fake_external(ext / "mpich" / "8.1.29", ("gtl/lib/libmpi_gtl_cuda.so",))
+    cray_root = ext / "mpich" / "8.1.29"
+    _stub_library(cray_root / "gtl" / "lib" / "libmpi_gtl_cuda.so", "mpi_gtl_cuda_stub")
     mpich = _fake_external(
         cray_root / "ofi" / "gnu" / "12.3", ("include/mpi.h", "lib/libmpi.so")
     )
@@ -227,9 +250,8 @@ def test_cray_dag_uses_external_cray_mpich(cray_dag: Dag) -> None:
 def test_cray_dag_has_slingshot_nccl_stack(cray_dag: Dag) -> None:
     nccl = cray_dag.one("nccl")
     assert cray_dag.variant("nccl", "fabrics") == ["auto"]
-    # The one nccl is the release nccl-ss11 pins, from its known-good set.
+    # The one nccl is the release nccl-ss11 pins, from its vouched pairs.
     assert nccl["version"] == cray_dag.one("nccl-ss11")["version"]
-    assert nccl["version"] in ("2.29.2-1", "2.27.7-1", "2.21.5-1")
     plugin = cray_dag.one("aws-ofi-nccl")
     assert plugin["namespace"] == "torchmpi"
     assert cray_dag.variant("aws-ofi-nccl", "cxi") is True
@@ -240,19 +262,35 @@ def test_cray_dag_has_slingshot_nccl_stack(cray_dag: Dag) -> None:
     assert libfabric.get("external") and cray_dag.variant("libfabric", "fabrics") == ["cxi"]
 
 
-def test_cuda_arch_is_equal_on_torch_nccl_and_plugin(cray_dag: Dag) -> None:
-    for name in ("py-torch", "nccl", "aws-ofi-nccl", "nccl-ss11", "py-torch-mpi"):
+def test_cuda_arch_is_equal_on_torch_and_nccl(cray_dag: Dag) -> None:
+    for name in ("py-torch", "nccl", "nccl-ss11", "py-torch-mpi"):
         assert cray_dag.variant(name, "cuda_arch") == ["80"], name
+    # The plugin has no GPU code: no cuda_arch of its own (as builtin aluminum
+    # treats it, "NOT a CudaPackage"); it shares the one nccl node.
+    assert "cuda_arch" not in cray_dag.one("aws-ofi-nccl")["parameters"]
+
+
+def test_cray_torch_has_gloo(cray_dag: Dag) -> None:
+    assert cray_dag.variant("py-torch", "gloo") is True
+    assert cray_dag.deps("py-torch")["gloo"]["parameters"]["cuda"] is True
 
 
 @pytest.fixture(scope="session")
-def cray_build_env(spack, cray_env: Path) -> dict:
-    """py-torch's build environment in the Cray DAG, computed by the package
-    itself on a fake install (no compilation): what setup.py would see."""
+def cray_installed(spack, cray_env: Path) -> Path:
+    """The Cray DAG fake-installed (stub prefixes, no compilation): what
+    ``spack build-env`` needs ("Not all dependencies ... are installed")."""
     # Module generation off (`::` replaces the list): it would stop at the
     # first fake Python package.  --no-cache: nothing to look up in mirrors.
     spack.run("-c", "modules:default:enable::[]", "-e", str(cray_env),
               "install", "--fake", "--no-cache")
+    return cray_env
+
+
+@pytest.fixture(scope="session")
+def cray_build_env(spack, cray_installed: Path) -> dict:
+    """py-torch's build environment in the Cray DAG, computed by the package
+    itself on a fake install (no compilation): what setup.py would see."""
+    cray_env = cray_installed
     code = """
 import json
 import spack.build_environment
@@ -289,11 +327,45 @@ def test_build_environment_forces_mpi_and_system_nccl(cray_build_env: dict) -> N
     assert env["TORCH_CUDA_ARCH_LIST"] == "8.0"
 
 
-def test_build_environment_links_cray_gtl(cray_build_env: dict) -> None:
-    ldflags = cray_build_env["env"]["LDFLAGS"]
-    assert "-lmpi_gtl_cuda" in ldflags
-    gtl_dir = str(Path(cray_build_env["mpi_prefix"]).parents[2] / "gtl" / "lib")
-    assert f"-L{gtl_dir}" in ldflags
+def _dynamic(elf: Path) -> dict[str, list[str]]:
+    """NEEDED and RPATH/RUNPATH entries of ``elf`` from ``readelf -d``, as tokens."""
+    out = subprocess.run(["readelf", "-d", str(elf)], capture_output=True, text=True,
+                         check=True).stdout
+    found: dict[str, list[str]] = {"NEEDED": [], "PATH": []}
+    for line in out.splitlines():
+        if "(NEEDED)" in line:
+            found["NEEDED"].append(line.split("[", 1)[1].rstrip("]"))
+        elif "(RPATH)" in line or "(RUNPATH)" in line:
+            found["PATH"] += line.split("[", 1)[1].rstrip("]").split(":")
+    return found
+
+
+@pytest.mark.parametrize("linker_default", ["", "-Wl,--as-needed"])
+def test_cray_gtl_is_really_linked(spack, cray_installed: Path, tmp_path: Path,
+                                   linker_default: str) -> None:
+    """Link the way PyTorch's CMake links libtorch, with the LDFLAGS that
+    ``spack build-env`` gives py-torch, and read the ELF: libmpi_gtl_cuda.so is
+    NEEDED and its directory is on the run path.  Also under a linker that
+    defaults to --as-needed (Ubuntu), since nothing calls into GTL."""
+    ldflags = spack.run("-e", str(cray_installed), "build-env", "py-torch", "--",
+                        "printenv", "LDFLAGS").stdout.strip()
+    tokens = shlex.split(ldflags)
+    gtl_dir = spack.cache_dir.parent / "test-externals" / "mpich" / "8.1.29" / "gtl" / "lib"
+    source = tmp_path / "torch_stub.c"
+    source.write_text("int torch_stub(void) { return 1; }\n")
+    lib = tmp_path / "libtorch_stub.so"
+    cc = shutil.which("gcc") or "cc"
+    # CMake: <LINK_FLAGS = $LDFLAGS -Wl,--no-as-needed> -shared -o <target> <objects>
+    cmd = [cc, *shlex.split(linker_default), "-fPIC", *tokens, "-Wl,--no-as-needed",
+           "-shared", "-o", str(lib), str(source)]
+    subprocess.run(cmd, check=True)
+    dynamic = _dynamic(lib)
+    assert "libmpi_gtl_cuda.so" in dynamic["NEEDED"], (ldflags, dynamic)
+    assert str(gtl_dir) in dynamic["PATH"], (ldflags, dynamic)
+    if linker_default:  # our own flags, not the CMake suffix, keep the entry
+        cmd.remove("-Wl,--no-as-needed")
+        subprocess.run(cmd, check=True)
+        assert "libmpi_gtl_cuda.so" in _dynamic(lib)["NEEDED"], ldflags
 
 
 def test_py_torch_carries_mpich_patch_only_for_mpich(
@@ -308,10 +380,14 @@ def test_py_torch_carries_mpich_patch_only_for_mpich(
 
 NEGATIVE = {
     "openmpi-cuda ~cuda": "openmpi-cuda is CUDA-aware by definition",
+    "openmpi-cuda fabrics=verbs": "openmpi-cuda moves GPU buffers through UCX",
     "py-torch-mpi ~cuda fabric=slingshot": "fabric=slingshot builds NCCL with the aws-ofi-nccl",
-    # The NCCL/plugin pair that deadlocks (aws/aws-ofi-nccl#1055).
-    "aws-ofi-nccl +cuda cuda_arch=80 ^nccl@2.28.9-1": "NCCL 2.28.9 deadlocks with the aws-ofi",
+    "py-torch +cuda cuda_arch=80 +cuda_aware_mpi ^mvapich2":
+        "mvapich2 is not known to torchmpi to be CUDA-aware",
     "nccl-ss11 +cuda cuda_arch=80 ^aws-ofi-nccl@1.12.0": "aws-ofi-nccl 1.7-1.13 are AWS-only",
+    # A pair no source vouches for: NCAR ran NCCL 2.21.5 with plugin 1.6.0 only.
+    "nccl-ss11@2.21.5-1 +cuda cuda_arch=80 ^aws-ofi-nccl@1.19.0":
+        "no source vouches for this aws-ofi-nccl with NCCL 2.21.5-1",
 }
 
 
@@ -339,3 +415,232 @@ def test_refused_with_package_message(refusals: dict[str, str], text: str) -> No
     message = refusals[text]
     assert message, f"'{text}' concretized but must be refused"
     assert NEGATIVE[text] in message, message
+
+
+# --- overrides are neutral for users who never ask for torchmpi's features ----
+
+
+@pytest.fixture(scope="session")
+def plugin_default_vs_builtin(spack) -> dict:
+    """``aws-ofi-nccl`` solved through the torchmpi override and through builtin
+    (same defaults, same config), with each package's run environment."""
+    code = """
+import json
+import spack.concretize
+import spack.repo
+from spack.util.environment import EnvironmentModifications
+
+def describe(spec, pkg_cls):
+    mods = EnvironmentModifications()
+    pkg_cls(spec).setup_run_environment(mods)
+    return {
+        "namespace": spec.namespace,
+        "variants": {k: str(v.value) for k, v in spec.variants.items()},
+        "deps": sorted((d.name, d.dag_hash()) for d in spec.dependencies()),
+        "run_env": [[type(m).__name__, m.name, str(getattr(m, "value", ""))]
+                    for m in mods.env_modifications],
+    }
+
+ours = spack.concretize.concretize_one("aws-ofi-nccl")
+builtin = spack.concretize.concretize_one("builtin.aws-ofi-nccl")
+builtin_cls = spack.repo.PATH.get_repo("builtin").get_pkg_class("aws-ofi-nccl")
+print(json.dumps({
+    "ours": describe(ours, type(ours.package)),
+    "builtin": describe(builtin, builtin_cls),
+    # The builtin class on the override's spec: what builtin would set there.
+    "builtin_on_ours": describe(ours, builtin_cls)["run_env"],
+}))
+"""
+    return json.loads(spack.python(code).stdout.strip().splitlines()[-1])
+
+
+def test_plugin_override_solves_like_builtin_by_default(plugin_default_vs_builtin) -> None:
+    ours, builtin = plugin_default_vs_builtin["ours"], plugin_default_vs_builtin["builtin"]
+    assert ours["namespace"] == "torchmpi" and builtin["namespace"] == "builtin"
+    added = {k: v for k, v in ours["variants"].items() if k not in builtin["variants"]}
+    assert added == {"cxi": "False"}, "only torchmpi's own variant, off by default"
+    assert {k: ours["variants"][k] for k in builtin["variants"]} == builtin["variants"]
+    assert ours["deps"] == builtin["deps"], "the same dependencies, hash for hash"
+
+
+def test_plugin_override_run_environment_is_builtins_by_default(
+    plugin_default_vs_builtin,
+) -> None:
+    """No NCCL_NET of our own and no unset of a user's NCCL_NET_PLUGIN unless +cxi."""
+    ours = plugin_default_vs_builtin["ours"]["run_env"]
+    assert ours == plugin_default_vs_builtin["builtin"]["run_env"]
+    assert ours == plugin_default_vs_builtin["builtin_on_ours"]
+    assert not [m for m in ours if m[1] == "NCCL_NET_PLUGIN"]
+
+
+# --- MPI providers and detection ---------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def mpi_providers(spack) -> dict:
+    """Every provider of ``mpi`` Spack knows, and py-torch's conflicts under
+    +cuda_aware_mpi, read from the real package classes."""
+    code = """
+import json
+import spack.repo
+import spack.spec
+torch = spack.repo.PATH.get_pkg_class("py-torch")
+conflicts = []
+for when, entries in torch.conflicts.items():
+    if when.satisfies(spack.spec.Spec("+cuda_aware_mpi")):
+        conflicts += [str(spec) for spec, _msg in entries]
+print(json.dumps({
+    "providers": sorted({s.name for s in spack.repo.PATH.providers_for("mpi")}),
+    "conflicts": conflicts,
+}))
+"""
+    return json.loads(spack.python(code).stdout.strip().splitlines()[-1])
+
+
+AWARE_MPI = {"openmpi", "openmpi-cuda", "mpich", "cray-mpich"}
+
+
+def test_every_mpi_provider_is_cuda_aware_or_refused(mpi_providers: dict) -> None:
+    """+cuda_aware_mpi accepts the four MPIs whose +cuda build is CUDA-aware and
+    refuses every other provider by name (a new builtin provider fails here)."""
+    # Spack writes `^[virtuals=mpi] x` as `^mpi=x`.
+    conflicts = set(mpi_providers["conflicts"])
+    for name in mpi_providers["providers"]:
+        if name in AWARE_MPI:
+            assert f"^mpi={name}~cuda" in conflicts, (name, conflicts)
+            assert f"^mpi={name}" not in conflicts
+        else:
+            assert f"^mpi={name}" in conflicts, f"{name} is neither known nor refused"
+
+
+def test_external_find_reports_open_mpi_once(spack, tmp_path: Path) -> None:
+    """openmpi-cuda does not inherit openmpi's detection: one entry per install."""
+    prefix = tmp_path / "ompi"
+    (prefix / "bin").mkdir(parents=True)
+    ompi_info = prefix / "bin" / "ompi_info"
+    ompi_info.write_text("#!/bin/sh\necho '                Open MPI: 4.1.6'\n")
+    ompi_info.chmod(0o755)
+    env = tmp_path / "env"
+    env.mkdir()
+    (env / "spack.yaml").write_text("spack:\n  specs: []\n")
+    proc = spack.run("-e", str(env), "external", "find", "--path", str(prefix / "bin"),
+                     "openmpi", "openmpi-cuda")
+    packages = yaml.safe_load((env / "spack.yaml").read_text())["spack"].get("packages") or {}
+    assert "openmpi" in packages, proc.stdout + proc.stderr
+    assert "openmpi-cuda" not in packages, packages
+
+
+# --- py-torch: +cuda_aware_mpi only where a real upstream fixture covers it -----
+
+FIXTURES = ROOT / "tests" / "fixtures" / "process_group_mpi"
+
+
+def _fixture_tags() -> list[tuple[int, ...]]:
+    tags = []
+    for path in FIXTURES.glob("v*.cpp"):
+        for line in path.read_text().splitlines()[:20]:
+            if line.startswith("// Tag: v"):
+                tags.append(tuple(int(p) for p in line.split("v", 1)[1].split(".")))
+    return sorted(tags)
+
+
+@pytest.fixture(scope="session")
+def torch_class_facts(spack) -> dict:
+    code = """
+import json
+import spack.repo
+import spack.spec
+from spack.util.package_hash import canonical_source
+cls = spack.repo.PATH.get_pkg_class("py-torch")
+reachable = []
+for v in cls.versions:
+    if v.isdevelop():
+        continue
+    s = spack.spec.Spec(f"py-torch@={v} +mpi+cuda")
+    if any(s.intersects(w) for w, vs in cls.variants.items() if "cuda_aware_mpi" in vs):
+        reachable.append(str(v))
+source = canonical_source(spack.spec.Spec("py-torch"), filter_multimethods=False)
+print(json.dumps({"reachable": reachable, "source": source}))
+"""
+    return json.loads(spack.python(code).stdout.strip().splitlines()[-1])
+
+
+def test_cuda_aware_mpi_only_on_versions_the_fixtures_cover(torch_class_facts) -> None:
+    tags = _fixture_tags()
+    assert len(tags) >= 2, "fixtures with a 'Tag: vX.Y.Z' header"
+    reachable = [tuple(int(p) for p in v.split(".")) for v in torch_class_facts["reachable"]]
+    assert reachable, "no builtin torch version can be built +cuda_aware_mpi"
+    for version in reachable:
+        assert tags[0] <= version <= tags[-1], (version, tags)
+
+
+def test_patcher_digest_is_part_of_the_package_hash(torch_class_facts) -> None:
+    """Spack's canonical package source (what its package hash digests) holds
+    the patcher's sha256, so a patcher change is a new py-torch hash."""
+    import hashlib
+
+    digest = hashlib.sha256(
+        (ROOT / "spack_repo/torchmpi/packages/py_torch/cuda_aware_mpi.py").read_bytes()
+    ).hexdigest()
+    assert digest in torch_class_facts["source"]
+
+
+# --- aws-ofi-nccl: NCCL_NET by the plugin's version -----------------------------
+
+
+@pytest.fixture(scope="session")
+def plugin_nccl_net(spack) -> dict[str, str]:
+    """``nccl_net`` of the override for every builtin plugin release."""
+    code = """
+import json
+import spack.repo
+import spack.spec
+cls = spack.repo.PATH.get_pkg_class("aws-ofi-nccl")
+print(json.dumps({str(v): cls(spack.spec.Spec(f"aws-ofi-nccl@={v} +cxi")).nccl_net
+                  for v in cls.versions if not v.isdevelop()}))
+"""
+    return json.loads(spack.python(code).stdout.strip().splitlines()[-1])
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split("."))
+
+
+def test_nccl_net_is_a_name_that_plugin_release_answers_to(plugin_nccl_net) -> None:
+    """Checked against the names read from the plugin's source at its tags."""
+    ranges = json.loads((ROOT / "tests/fixtures/aws_ofi_nccl_net_names.json").read_text())
+    ranges = sorted(ranges["ranges"], key=lambda r: _version(r["from"]))
+    for version, name in plugin_nccl_net.items():
+        bracket = [r for r in ranges if _version(r["from"]) <= _version(version)]
+        assert bracket, f"aws-ofi-nccl {version} predates every recorded range"
+        assert name in bracket[-1]["accepted"], (version, name, bracket[-1]["source"])
+    # "OFI" only from the release that introduced it (PR #530, v1.13.0-aws).
+    assert plugin_nccl_net["1.12.1"] == "AWS Libfabric"
+    assert plugin_nccl_net["1.13.0"] == "OFI"
+
+
+# --- nccl-ss11: only NCCL/plugin pairs a source vouches for ---------------------
+
+
+def vouched_pairs() -> list[tuple[str, str, str, str]]:
+    """VOUCHED_PAIRS from nccl_ss11/package.py, read as data (no Spack import)."""
+    import ast
+
+    tree = ast.parse((ROOT / "spack_repo/torchmpi/packages/nccl_ss11/package.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "VOUCHED_PAIRS":
+            return [tuple(p) for p in ast.literal_eval(node.value)]
+    raise AssertionError("VOUCHED_PAIRS not found in nccl_ss11/package.py")
+
+
+def test_every_vouched_pair_names_its_source() -> None:
+    pairs = vouched_pairs()
+    assert ("2.21.5-1", "1.6.0") in {(n, p) for n, p, _, _ in pairs}  # NCAR Derecho
+    assert ("2.27.7-1", "1.19.0") in {(n, p) for n, p, _, _ in pairs}  # HPE shs-ccl-docs
+    for nccl, plugin, _libfabric, source in pairs:
+        assert any(s in source for s in ("RELEASENOTES", "@")), (nccl, plugin, source)
+
+
+def test_cray_dag_nccl_and_plugin_are_a_vouched_pair(cray_dag: Dag) -> None:
+    pair = (cray_dag.one("nccl")["version"], cray_dag.one("aws-ofi-nccl")["version"])
+    assert pair in {(n, p) for n, p, _, _ in vouched_pairs()}, pair

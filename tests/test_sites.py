@@ -353,3 +353,18 @@ def test_detect_command(capsys) -> None:
     assert "target (archspec)" in capsys.readouterr().out
     assert main(["detect", "--json"]) == 0
     assert '"target"' in capsys.readouterr().out
+
+
+def test_nccl_pin_renders_as_requirements(tmp_path: Path) -> None:
+    files = renderer.render(sitemod.load("derecho"), tmp_path)
+    pkgs = yaml.safe_load(files["packages.yaml"])["packages"]
+    assert pkgs["nccl"]["require"] == ["@2.21.5-1"]
+    assert pkgs["aws-ofi-nccl"]["require"] == ["@1.6.0"]
+
+
+def test_nccl_plugin_pin_needs_slingshot(tmp_path, capsys, derecho_text) -> None:
+    def edit(d):
+        d["fabric"] = "tcp"
+        d.pop("libfabric")
+    err = _bad(tmp_path, capsys, derecho_text, edit)
+    assert "nccl.plugin: the aws-ofi-nccl plugin is only built for fabric: slingshot" in err

@@ -86,6 +86,9 @@ def test_site_concretizes_to_one_torch_on_the_sites_mpi(solved, name) -> None:
     torch = torches[0]
     assert torch.namespace == "torchmpi"
     assert torch.variants.get("mpi") is True and torch.variants.get("distributed") is True
+    # gloo: builtin py-torch defaults to ~gloo; allreduce/doctor's CPU path needs it.
+    assert torch.variants.get("gloo") is True
+    assert "gloo" in {n for n, _, _ in torch.deps}
 
     mpis = lock.mpi()
     assert len(mpis) == 1, [m.label for m in mpis]
@@ -108,6 +111,10 @@ def test_site_concretizes_to_one_torch_on_the_sites_mpi(solved, name) -> None:
     else:
         assert ncc == [] and torch.variants.get("cuda") is False
     assert bool(plugin) == (d["fabric"] == "slingshot")
+    if d.get("nccl"):  # the site's pin, a vouched pair (nccl-ss11 VOUCHED_PAIRS)
+        assert ncc[0].version == d["nccl"]["version"]
+        if d["nccl"].get("plugin"):
+            assert plugin[0].version == d["nccl"]["plugin"]
     if plugin:
         assert len(plugin) == 1
         deps = {n for n, _, _ in plugin[0].deps}

@@ -1,7 +1,7 @@
 # Rendered by torchmpi 0.1.0 from sites/derecho.yaml; do not edit by hand:
 # change the site file and run `torchmpi render derecho` (docs/sites.md).
 # spack v1.1.0, builtin spack-packages v2026.06.0
-# site-sha256: 3e65ab24046ccd0cdea6d0ac1fc3de48ac7fefa05755af231e9f86270385b1c3
+# site-sha256: 9a9a15f6efa927b574021127154ed5a4bf9aae60be7e6a5fb56be9a53b265252
 # body-sha256: f6bc42eced2e5b34eebed45164e77bc7bbb2e21a9318f00d272521537a9e841a
 # Runtime variables for jobs on 'derecho' (launcher: pbs).
 # Source this file in the job script; it changes nothing at build time.

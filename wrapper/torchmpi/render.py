@@ -132,6 +132,7 @@ def context(site: Site, outdir: Path) -> dict[str, Any]:
         "externals": externals,
         "compiler_req": compilers[0]["spec"],
         "mpi_req": mpi_req,
+        "nccl": d.get("nccl") or {},
         "repo_relpath": repo_rel,
         "env_hint": env_hint,
         "cross_target": site.name != "local",

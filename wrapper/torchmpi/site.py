@@ -194,6 +194,13 @@ def _semantic_errors(data: dict[str, Any]) -> list[tuple[tuple, str]]:
     if kind == "openmpi-cuda" and data.get("gpu") is None:
         errors.append((("mpi", "kind"), ("openmpi-cuda is the CUDA-aware Open MPI: it needs a"
                                          " 'gpu' section (use kind: openmpi on a CPU-only site)")))
+    nccl = data.get("nccl") or {}
+    if nccl and data.get("gpu") in (None, "auto") and data.get("name") != "local":
+        errors.append((("nccl",), "NCCL is for GPUs: this site has no 'gpu' section"))
+    if nccl.get("plugin") and data.get("fabric") != "slingshot":
+        errors.append((("nccl", "plugin"), (
+            "the aws-ofi-nccl plugin is only built for fabric: slingshot"
+            f" (this site says fabric: {data.get('fabric')})")))
     switch = modules.cray_gpu_switch(data)
     stated = (data.get("runtime") or {}).get("env", {}).get(modules.GPU_SWITCH)
     if switch is not None and stated is not None and str(stated) != switch:

@@ -3,67 +3,50 @@
 # SPDX-License-Identifier: (Apache-2.0 OR MIT)
 """Same-name override of builtin ``aws-ofi-nccl`` for HPE Slingshot-11.
 
-Adds: libfabric with the ``cxi`` provider (an external on Cray systems), the
-GPU architecture recorded like the rest of the NCCL stack, a refusal of a
-known-bad NCCL, and a run environment whose ``NCCL_NET`` matches the
-plugin's version and never clashes with ``NCCL_NET_PLUGIN``.
+Neutral unless asked: with the default ``~cxi`` this recipe concretizes and
+sets the run environment exactly as builtin does, so registering the torchmpi
+repository site-wide changes nothing for other users.  ``+cxi`` (what
+``nccl-ss11`` asks for) adds libfabric's ``cxi`` provider and a ``NCCL_NET``
+that names the plugin the way the installed version registers itself.
 """
 
-from spack_repo.builtin.build_systems.cuda import CudaPackage
 from spack_repo.builtin.packages.aws_ofi_nccl.package import AwsOfiNccl as BuiltinAwsOfiNccl
 
 from spack.package import *
 
 
 class AwsOfiNccl(BuiltinAwsOfiNccl):
-    """AWS OFI NCCL: the libfabric network plugin for NCCL (torchmpi override
-    for HPE Slingshot-11 through libfabric's cxi provider)."""
+    """AWS OFI NCCL: the libfabric network plugin for NCCL (torchmpi override:
+    optional HPE Slingshot-11 support through libfabric's cxi provider)."""
+
+    license("Apache-2.0")
 
     variant(
         "cxi",
-        default=True,
-        description="Require libfabric's cxi provider (HPE Slingshot-11)",
+        default=False,
+        description="Require libfabric's cxi provider (HPE Slingshot-11) and set NCCL_NET "
+        "for this plugin version",
     )
-    depends_on("libfabric fabrics=cxi", when="+cxi")
-
-    # The plugin has no GPU kernels, but recording cuda_arch keeps the whole
-    # NCCL stack of a DAG (torch, nccl, plugin) on one GPU generation, like
-    # builtin lbann/aluminum do for their NCCL.
-    variant(
-        "cuda_arch",
-        description="CUDA architecture of the NCCL this plugin serves",
-        values=any_combination_of(*CudaPackage.cuda_arch_values),
-        sticky=True,
-        when="+cuda",
-    )
-    for _arch in CudaPackage.cuda_arch_values:
-        depends_on(f"nccl cuda_arch={_arch}", when=f"+cuda cuda_arch={_arch}")
-
-    # NCCL 2.28.9 deadlocks and crashes with the plugin, while 2.27.7 works:
-    # https://github.com/aws/aws-ofi-nccl/issues/1055
-    conflicts(
-        "^nccl@2.28.9-1",
-        when="+cuda",
-        msg="NCCL 2.28.9 deadlocks with the aws-ofi-nccl plugin (aws/aws-ofi-nccl#1055); "
-        "use nccl@2.27.7-1 or nccl@2.29.2-1",
-    )
+    # configure refuses libfabric < 1.11 (m4/check_pkg_libfabric.m4:41, v1.14.0-v1.21.1;
+    # v1.6.0 RELEASENOTES.md states the same minimum).
+    depends_on("libfabric@1.11: fabrics=cxi", when="+cxi")
 
     @property
     def nccl_net(self) -> str:
         """The ``NCCL_NET`` value that selects this plugin.
 
-        Up to 1.11 the plugin registers as "AWS Libfabric" only; from 1.12 it
-        registers as "Libfabric" and accepts "AWS Libfabric" and "OFI" as
-        aliases (aws/aws-ofi-nccl#530).  HPE's Slingshot guide now uses "OFI"
-        (HewlettPackard/shs-ccl-docs#35), which has no space to quote.
+        Through 1.12.x the plugin registers only as "AWS Libfabric"; the name
+        "OFI" (with "AWS Libfabric" kept as an alias) arrived with
+        aws/aws-ofi-nccl#530, first released in v1.13.0-aws.  HPE's Slingshot
+        guide now uses "OFI" (HewlettPackard/shs-ccl-docs), which has no
+        space to quote in job scripts.
         """
-        return "AWS Libfabric" if self.spec.satisfies("@:1.11") else "OFI"
+        return "AWS Libfabric" if self.spec.satisfies("@:1.12") else "OFI"
 
     def setup_run_environment(self, env: EnvironmentModifications) -> None:
-        env.prepend_path("LD_LIBRARY_PATH", self.prefix.lib)
-        # NCCL_NET makes NCCL abort instead of silently falling back to
-        # sockets.  Setting NCCL_NET_PLUGIN as well broke plugin loading at
-        # CSCS ("NET/Plugin: Could not find: ofi libnccl-net-ofi.so"), so it
-        # is cleared: the plugin is found as libnccl-net.so on the path.
-        env.set("NCCL_NET", self.nccl_net)
-        env.unset("NCCL_NET_PLUGIN")
+        super().setup_run_environment(env)
+        if self.spec.satisfies("+cxi"):
+            # NCCL_NET makes NCCL abort instead of silently falling back to
+            # sockets (HPE).  NCCL_NET_PLUGIN is left to the user: from 1.15
+            # the plugin documents NCCL_NET_PLUGIN=ofi, which works with it.
+            env.set("NCCL_NET", self.nccl_net)

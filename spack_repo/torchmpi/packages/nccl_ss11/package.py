@@ -4,14 +4,80 @@
 """NCCL for HPE Slingshot-11: builtin ``nccl`` + the aws-ofi-nccl plugin.
 
 A bundle, so the DAG keeps exactly one ``nccl`` node, shared with builtin
-dependents (py-torch, nccl-tests, ...).  Its versions are the NCCL releases it
-pins, each known to work with the plugin on Slingshot-11.
+dependents (py-torch, nccl-tests, ...).  Its versions are the NCCL releases of
+``VOUCHED_PAIRS``; each allows only the plugin releases a public source ran or
+tested with that NCCL.
 """
 
 from spack_repo.builtin.build_systems.bundle import BundlePackage
 from spack_repo.builtin.build_systems.cuda import CudaPackage
 
 from spack.package import *
+
+#: (NCCL, aws-ofi-nccl, libfabric the source used, source).  Only pairs a
+#: source vouches for; within builtin spack-packages v2026.06.0's versions
+#: (it has no plugin after 1.19.0).  docs/design.md shows the same table.
+VOUCHED_PAIRS = (
+    (
+        "2.29.7-1",
+        "1.19.0",
+        "-",
+        "aws/aws-ofi-nccl v1.19.0 RELEASENOTES.md:12 (tested with NCCL 2.29.7-1)",
+    ),
+    (
+        "2.29.2-1",
+        "1.18.0",
+        "-",
+        "aws/aws-ofi-nccl v1.18.0 RELEASENOTES.md:12 (tested with NCCL 2.29.2-1)",
+    ),
+    (
+        "2.29.2-1",
+        "1.17.2",
+        "2.4.0",
+        "CSCS prgenv-gnu 26.3, eth-cscs/cscs-docs@80abed1 docs/software/prgenv/prgenv-gnu.md",
+    ),
+    (
+        "2.28.7-1",
+        "1.19.0",
+        "-",
+        "aws/aws-ofi-nccl v1.19.0 RELEASENOTES.md:12 (tested with NCCL 2.28.7-1)",
+    ),
+    (
+        "2.28.7-1",
+        "1.17.3",
+        "-",
+        "aws/aws-ofi-nccl v1.17.3 RELEASENOTES.md:10 (tested with NCCL 2.28.7-1)",
+    ),
+    (
+        "2.28.7-1",
+        "1.17.2",
+        "-",
+        "aws/aws-ofi-nccl v1.17.2 RELEASENOTES.md:10 (tested with NCCL 2.28.7-1)",
+    ),
+    (
+        "2.27.7-1",
+        "1.19.0",
+        "1.22.0",
+        "HPE HewlettPackard/shs-ccl-docs@438fcce nccl/build_nccl_environment.sh:12-15",
+    ),
+    (
+        "2.27.3-1",
+        "1.19.0",
+        "-",
+        "aws/aws-ofi-nccl v1.19.0 RELEASENOTES.md:12 (tested with NCCL 2.27.3-1)",
+    ),
+    (
+        "2.21.5-1",
+        "1.6.0",
+        "1.15.2.0",
+        "NCAR Derecho, benkirk/derecho-pytorch-mpi@1adc9e4 utils/build_nccl-ofi-plugin.sh:19-42",
+    ),
+)
+
+
+def vouched_plugins(nccl: str) -> list:
+    """The plugin releases vouched for with NCCL ``nccl``, newest first."""
+    return [plugin for n, plugin, _, _ in VOUCHED_PAIRS if n == nccl]
 
 
 class NcclSs11(BundlePackage, CudaPackage):
@@ -20,28 +86,26 @@ class NcclSs11(BundlePackage, CudaPackage):
 
     homepage = "https://github.com/HewlettPackard/shs-ccl-docs"
 
-    # Each release here is known to work with the plugin on Slingshot-11:
-    # 2.29.2-1 is what CSCS ships (with plugin 1.18.0), 2.27.7-1 is HPE's
-    # current default (with 1.19.0), 2.21.5-1 ran on NCAR Derecho (with 1.6.0).
     # No `preferred`: the solver weighs builtin nccl's own version order too,
-    # so a preference here would not hold; a site pins one in its site file.
-    # 2.28.x is left out on purpose: 2.28.9 deadlocks with the plugin
-    # (aws/aws-ofi-nccl#1055; aws-ofi-nccl refuses that pair itself).
-    version("2.29.2-1")
-    version("2.27.7-1")
-    version("2.21.5-1")
-
-    for _v in ("2.29.2-1", "2.27.7-1", "2.21.5-1"):
-        depends_on(f"nccl@{_v}", when=f"@{_v}")
+    # so a preference here would not hold; a site pins one in its site file
+    # (`nccl:` in sites/<site>.yaml).
+    for _nccl in dict.fromkeys(n for n, _, _, _ in VOUCHED_PAIRS):
+        version(_nccl)
+        depends_on(f"nccl@{_nccl}", when=f"@{_nccl}")
+        _plugins = vouched_plugins(_nccl)
+        requires(
+            f"^aws-ofi-nccl@{','.join(_plugins)}",
+            when=f"@{_nccl}",
+            msg=f"nccl-ss11@{_nccl}: no source vouches for this aws-ofi-nccl with NCCL "
+            f"{_nccl}; use aws-ofi-nccl@{' or @'.join(_plugins)} (docs/design.md)",
+        )
 
     # fabrics=auto: no verbs (rdma-core); NCCL loads the plugin at runtime.
     depends_on("nccl +cuda fabrics=auto", type=("link", "run"))
-    # 1.6.0 was the last general release before 1.14.0; master is unreleased.
-    depends_on("aws-ofi-nccl@1.6.0:1.19.0 +cuda +cxi", type=("link", "run"))
+    depends_on("aws-ofi-nccl +cuda +cxi", type=("link", "run"))
 
     for _arch in CudaPackage.cuda_arch_values:
         depends_on(f"nccl cuda_arch={_arch}", when=f"cuda_arch={_arch}")
-        depends_on(f"aws-ofi-nccl cuda_arch={_arch}", when=f"cuda_arch={_arch}")
 
     requires("+cuda", msg="nccl-ss11 is NCCL for NVIDIA GPUs: use +cuda cuda_arch=<arch>")
     conflicts(
@@ -57,11 +121,22 @@ class NcclSs11(BundlePackage, CudaPackage):
         msg="aws-ofi-nccl 1.7-1.13 are AWS-only (EFA) releases; use 1.17.2 or later "
         "(or 1.6.0 with NCCL 2.21) on Slingshot-11",
     )
-    # 1.17.2 fixed a shutdown-ordering bug seen on Slingshot (HPE shs-ccl-docs).
+    # v1.17.2 RELEASENOTES.md: "Fixed shutdown ordering issue on NICs that
+    # require per-endpoint memory registration (Cray Slingshot)"; 1.17.1 had
+    # the fix reverted before release (aws/aws-ofi-nccl PR #1029).
     conflicts(
         "^aws-ofi-nccl@1.14:1.17.1",
         msg="aws-ofi-nccl before 1.17.2 has a shutdown-ordering bug on Slingshot-11; "
         "use 1.17.2 or later",
+    )
+    # NVIDIA/nccl v2.29.3-1 (25368a7f): "Fixes CAS usage in case of weak
+    # failure which was causing a hang on ARM ... when compiled with gcc
+    # versions prior to 10" (aarch64 deadlocks with 2.28.9 and 2.29.2,
+    # NVIDIA/nccl#2353).
+    conflicts(
+        "^nccl@2.28:2.29.2-1 %gcc@:9 target=aarch64:",
+        msg="NCCL 2.28-2.29.2 built with gcc < 10 hangs on ARM (fixed in 2.29.3, "
+        "NVIDIA/nccl#2353): build NCCL with gcc 10 or later",
     )
 
     #: HPE's Slingshot-11 defaults (shs-ccl-docs ccl_env.sh, 2026) on which

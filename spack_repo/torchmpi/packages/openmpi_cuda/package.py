@@ -1,7 +1,7 @@
 # Copyright Spack Project Developers. See COPYRIGHT file for details.
 #
 # SPDX-License-Identifier: (Apache-2.0 OR MIT)
-"""Open MPI that is always CUDA-aware.
+"""Open MPI that is always CUDA-aware, with GPUDirect over InfiniBand.
 
 A subclass of builtin ``openmpi``: it inherits versions, variants, patches and
 ``provides("mpi")``, and only pins what PyTorch's MPI backend needs.  It is not
@@ -15,8 +15,12 @@ from spack.package import *
 
 
 class OpenmpiCuda(Openmpi):
-    """Open MPI built with CUDA support (``--with-cuda``) and
-    MPI_THREAD_MULTIPLE, for PyTorch's CUDA-aware MPI backend."""
+    """Open MPI built with CUDA support (``--with-cuda``) over UCX with CUDA
+    (and gdrcopy), for PyTorch's CUDA-aware MPI backend on InfiniBand."""
+
+    # Detection stays with builtin openmpi: the inherited ``ompi_info``
+    # pattern would make `spack external find` report every Open MPI twice.
+    executables = ()
 
     requires(
         "+cuda",
@@ -27,6 +31,14 @@ class OpenmpiCuda(Openmpi):
     # thread_multiple variant exists only for 1.5.4-2.x); 4.1 is the oldest
     # series still maintained with CUDA support in the smcuda/UCX paths.
     requires("@4.1:", msg="openmpi-cuda needs Open MPI 4.1 or later")
+
+    # GPUDirect RDMA on InfiniBand goes through UCX's CUDA transports (Open MPI
+    # docs, "CUDA-aware support": UCX is the recommended path from 4.0).
+    # Builtin openmpi already asks ucx+cuda for fabrics=ucx +cuda; gdrcopy
+    # (ucx +gdrcopy, builtin ucx allows it with +cuda) speeds small device
+    # copies.
+    requires("fabrics=ucx", msg="openmpi-cuda moves GPU buffers through UCX: use fabrics=ucx")
+    depends_on("ucx +cuda +gdrcopy")
 
     #: The line ``ompi_info --parsable --all`` prints for a CUDA-aware build.
     cuda_support_line = "mca:mpi:base:param:mpi_built_with_cuda_support:value:true"

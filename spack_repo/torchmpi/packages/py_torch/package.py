@@ -12,15 +12,48 @@ builds exactly what builtin builds -- safe when the torchmpi repo is added
 site-wide.  See docs/design.md.
 """
 
+import hashlib
 import os
 
 from spack_repo.builtin.packages.py_torch.package import PyTorch as BuiltinPyTorch
-from spack_repo.torchmpi.packages.py_torch.cuda_aware_mpi import patch_file
+from spack_repo.torchmpi.packages.py_torch import cuda_aware_mpi
 
 from spack.package import *
 
 #: The file holding PyTorch's CUDA-awareness check for the MPI backend.
 PROCESS_GROUP_MPI = os.path.join("torch", "csrc", "distributed", "c10d", "ProcessGroupMPI.cpp")
+
+#: sha256 of ``cuda_aware_mpi.py``, the patcher ``patch()`` runs.  Spack's
+#: package hash covers this file only, not the modules it imports: keeping the
+#: patcher's digest here makes every change to the patcher change py-torch's
+#: hash (a rebuild), and ``patch()`` refuses a patcher that does not match.
+CUDA_AWARE_MPI_SHA256 = "aab38b33274d2a920819bb390b85e745eca33cfe796ac22434252d6828083f75"
+
+#: Providers of ``mpi`` whose ``+cuda`` build moves device buffers and whose
+#: CUDA-awareness PyTorch (Open MPI) or the patch below (MPICH family) can ask.
+CUDA_AWARE_MPI_PROVIDERS = ("openmpi", "openmpi-cuda", "mpich", "cray-mpich")
+
+#: Every other provider of ``mpi`` in builtin spack-packages v2026.06.0
+#: (``spack providers mpi``; tests/test_packages.py fails when that list
+#: changes).  None has a ``cuda`` variant that says whether the build is
+#: CUDA-aware, so ``+cuda_aware_mpi`` refuses them instead of guessing.
+OTHER_MPI_PROVIDERS = (
+    "cray-mvapich2",
+    "fujitsu-mpi",
+    "hpcx-mpi",
+    "intel-oneapi-mpi",
+    "mpi-serial",
+    "mpilander",
+    "mpitrampoline",
+    "mpt",
+    "msmpi",
+    "mvapich",
+    "mvapich-plus",
+    "mvapich2",
+    "nmad",
+    "nvhpc",
+    "spectrum-mpi",
+)
 
 
 class PyTorch(BuiltinPyTorch):
@@ -29,23 +62,36 @@ class PyTorch(BuiltinPyTorch):
     torchmpi override: ``+cuda_aware_mpi`` makes the MPI backend usable with
     CUDA tensors on Open MPI, MPICH and Cray MPICH."""
 
+    # Bounded to the releases whose cudaAwareMpiCheck() the patcher was run on,
+    # as upstream has it (tests/fixtures/process_group_mpi: v2.6.0 and v2.9.1,
+    # identical in that function; releases between them share it).  Extend the
+    # bound with a fixture of the new release's real text.
     variant(
         "cuda_aware_mpi",
         default=False,
-        when="+mpi+cuda",
+        when="@2.6:2.9 +mpi+cuda",
         description="Let the MPI backend pass CUDA tensors to a CUDA-aware MPI "
         "(recognise MPICH/Cray MPICH, link Cray's GTL library)",
     )
 
-    # A CUDA-aware MPI backend needs an MPI that moves device buffers.
+    # A CUDA-aware MPI backend needs an MPI that moves device buffers.  The
+    # conflicts name the provider of ``mpi`` ([virtuals=mpi]) so that an MPI
+    # elsewhere in the DAG (a build tool's own) is not mistaken for it.
     # (Conflicts, not a one_of requirement: a requirement's later alternatives
     # carry a solver penalty that would steer defaults away from +cuda_aware_mpi.)
-    for _mpi in ("openmpi", "mpich", "cray-mpich"):
+    for _mpi in CUDA_AWARE_MPI_PROVIDERS:
         conflicts(
-            f"^{_mpi}~cuda",
+            f"^[virtuals=mpi] {_mpi}~cuda",
             when="+cuda_aware_mpi",
             msg=f"py-torch +cuda_aware_mpi needs a CUDA-aware MPI: use {_mpi}+cuda "
             "(or openmpi-cuda)",
+        )
+    for _mpi in OTHER_MPI_PROVIDERS:
+        conflicts(
+            f"^[virtuals=mpi] {_mpi}",
+            when="+cuda_aware_mpi",
+            msg=f"py-torch +cuda_aware_mpi: {_mpi} is not known to torchmpi to be CUDA-aware; "
+            "use cray-mpich+cuda, mpich+cuda, openmpi+cuda or openmpi-cuda (or ~cuda_aware_mpi)",
         )
 
     @property
@@ -59,38 +105,60 @@ class PyTorch(BuiltinPyTorch):
         ) and not self.spec.satisfies("^[virtuals=mpi] openmpi-cuda")
 
     @property
-    def gtl_link_flags(self) -> str:
+    def gtl_link_flags(self) -> list[str]:
         """Linker flags for Cray's GPU Transport Layer, empty when not needed.
 
         With cray-mpich, ``MPICH_GPU_SUPPORT_ENABLED=1`` aborts ``MPI_Init``
         unless ``libmpi_gtl_cuda`` is linked ("GTL library is not linked"), so
         it is linked into libtorch here rather than left to ``LD_PRELOAD``.
+
+        Builtin ``cray-mpich``'s ``gtl_lib`` is a dict of ``ldflags`` (``-L``
+        and ``-Wl,-rpath``) and ``ldlibs`` (``-lmpi_gtl_cuda``), consumed token
+        by token as builtin ``lammps`` does.  ``-Wl,--no-as-needed`` goes just
+        before the library: nothing in libtorch calls into GTL, so a linker
+        that defaults to ``--as-needed`` (Ubuntu, and CMake projects that add
+        it) would otherwise drop the NEEDED entry that MPI_Init looks for.
         """
         if not self.spec.satisfies("+cuda_aware_mpi ^[virtuals=mpi] cray-mpich+cuda"):
-            return ""
-        return self.spec["mpi"].package.gtl_lib
+            return []
+        gtl = self.spec["mpi"].package.gtl_lib
+        if not gtl.get("ldlibs"):
+            raise InstallError(
+                "cray-mpich found no GTL library for this GPU: py-torch +cuda_aware_mpi "
+                "would abort in MPI_Init with MPICH_GPU_SUPPORT_ENABLED=1"
+            )
+        return [*gtl.get("ldflags", []), "-Wl,--no-as-needed", *gtl["ldlibs"]]
 
     def patch(self):
         super().patch()
         if self.mpich_cuda_patch:
-            changed = patch_file(PROCESS_GROUP_MPI)
+            with open(cuda_aware_mpi.__file__, "rb") as stream:
+                digest = hashlib.sha256(stream.read()).hexdigest()
+            if digest != CUDA_AWARE_MPI_SHA256:
+                raise InstallError(
+                    f"{cuda_aware_mpi.__file__} changed (sha256 {digest}) but "
+                    "CUDA_AWARE_MPI_SHA256 in py_torch/package.py was not updated"
+                )
+            changed = cuda_aware_mpi.patch_file(PROCESS_GROUP_MPI)
             state = "patched for MPICH CUDA-awareness" if changed else "has an MPICH branch"
             tty.msg(f"torchmpi: {PROCESS_GROUP_MPI} {state}")
 
     def setup_build_environment(self, env: EnvironmentModifications) -> None:
         super().setup_build_environment(env)
-        if self.spec.satisfies("+mpi"):
-            # Builtin sets USE_MPI=ON, but FindMPI failing only warns ("Not
-            # compiling with MPI"); point it at the MPI of the DAG explicitly.
-            # (CMake's FindMPI reads MPI_HOME from the environment.)
-            env.set("MPI_HOME", self.spec["mpi"].prefix)
-        if "+cuda+nccl" in self.spec:
+        # Only +cuda_aware_mpi changes the build: with it off (or absent, on a
+        # CPU-only torch) this package sets exactly what builtin sets.
+        if not self.spec.satisfies("+cuda_aware_mpi"):
+            return
+        # Builtin sets USE_MPI=ON, but FindMPI failing only warns ("Not
+        # compiling with MPI"); point it at the MPI of the DAG explicitly.
+        # (CMake's FindMPI reads MPI_HOME from the environment.)
+        env.set("MPI_HOME", self.spec["mpi"].prefix)
+        if self.spec.satisfies("+nccl"):
             # Builtin sets NCCL_LIB_DIR/NCCL_INCLUDE_DIR; NCCL_ROOT keeps
             # FindNCCL from picking a second NCCL elsewhere on the system.
             env.set("NCCL_ROOT", self.spec["nccl"].prefix)
         flags = self.gtl_link_flags
         if flags:
-            # setup.py appends $LDFLAGS with -Wl,--no-as-needed on Linux, so
-            # the GTL stays a NEEDED entry of libtorch even though no symbol
-            # from it is referenced directly.
-            env.append_flags("LDFLAGS", flags)
+            # PyTorch's CMake reads $LDFLAGS into CMAKE_SHARED_LINKER_FLAGS;
+            # whole tokens, never the str() of builtin's dict.
+            env.append_flags("LDFLAGS", " ".join(flags))

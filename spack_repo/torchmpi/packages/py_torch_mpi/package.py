@@ -29,7 +29,7 @@ class PyTorchMpi(BundlePackage, CudaPackage):
 
     homepage = "https://pytorch.org/docs/stable/distributed.html"
 
-    maintainers("torchmpi")
+    license("Apache-2.0 OR MIT")
 
     # The version is the torchmpi wrapper's (wrapper/torchmpi/__init__.py).
     version("0.1.0")
@@ -54,8 +54,11 @@ class PyTorchMpi(BundlePackage, CudaPackage):
     depends_on("py-pyyaml", type="run")
 
     # PyTorch drops the MPI backend silently when FindMPI fails; +mpi here and
-    # the check after install make that a hard error instead.
-    depends_on("py-torch +distributed +mpi", type=("build", "link", "run"))
+    # the check after install make that a hard error instead.  +gloo: builtin
+    # py-torch defaults to ~gloo, but the CPU-tensor path of the torchmpi
+    # checks (allreduce --backend gloo, doctor) and most launch scripts'
+    # init_process_group("gloo") need it.
+    depends_on("py-torch +distributed +mpi +gloo", type=("build", "link", "run"))
     depends_on("mpi", type=("build", "link", "run"))
     depends_on("py-torch ~cuda", when="~cuda")
     depends_on("py-torch +cuda +nccl", when="+cuda")
@@ -132,11 +135,15 @@ class PyTorchMpi(BundlePackage, CudaPackage):
         raise SkipTest("no mpiexec/mpirun/srun found to launch ranks")
 
     def test_backends(self):
-        """torch.distributed has the MPI backend (and NCCL with +cuda)"""
+        """torch.distributed has the MPI and gloo backends (and NCCL with +cuda)"""
         python = self.spec["python"].command
-        code = "import torch.distributed as d; print(d.is_mpi_available(), d.is_nccl_available())"
-        mpi, nccl = python("-c", code, output=str, error=str).split()
+        code = (
+            "import torch.distributed as d; "
+            "print(d.is_mpi_available(), d.is_gloo_available(), d.is_nccl_available())"
+        )
+        mpi, gloo, nccl = python("-c", code, output=str, error=str).split()
         assert mpi == "True", "torch.distributed.is_mpi_available() is False"
+        assert gloo == "True", "torch.distributed.is_gloo_available() is False"
         if self.spec.satisfies("+cuda"):
             assert nccl == "True", "torch.distributed.is_nccl_available() is False"
 
