@@ -375,16 +375,16 @@ def test_cray_gtl_is_really_linked(spack, cray_installed: Path, tmp_path: Path,
     lib = tmp_path / "libtorch_stub.so"
     cc = shutil.which("gcc") or "cc"
     # CMake: <LINK_FLAGS = $LDFLAGS -Wl,--no-as-needed> -shared -o <target> <objects>
-    cmd = [cc, *shlex.split(linker_default), "-fPIC", *tokens, "-Wl,--no-as-needed",
-           "-shared", "-o", str(lib), str(source)]
-    subprocess.run(cmd, check=True)
-    dynamic = _dynamic(lib)
+    def link(cmake_suffix: list[str]) -> dict[str, list[str]]:
+        subprocess.run([cc, *shlex.split(linker_default), "-fPIC", *tokens, *cmake_suffix,
+                        "-shared", "-o", str(lib), str(source)], check=True)
+        return _dynamic(lib)
+
+    dynamic = link(["-Wl,--no-as-needed"])
     assert "libmpi_gtl_cuda.so" in dynamic["NEEDED"], (ldflags, dynamic)
     assert str(gtl_dir) in dynamic["PATH"], (ldflags, dynamic)
-    if linker_default:  # our own flags, not the CMake suffix, keep the entry
-        cmd.remove("-Wl,--no-as-needed")
-        subprocess.run(cmd, check=True)
-        assert "libmpi_gtl_cuda.so" in _dynamic(lib)["NEEDED"], ldflags
+    if linker_default:  # our own flags, without CMake's suffix, keep the entry
+        assert "libmpi_gtl_cuda.so" in link([])["NEEDED"], ldflags
 
 
 def test_py_torch_carries_mpich_patch_only_for_mpich(
