@@ -24,6 +24,17 @@ PACKAGES = ("py-torch-mpi", "py-torch", "nccl-ss11", "aws-ofi-nccl", "openmpi-cu
 OVERRIDES = ("py-torch", "aws-ofi-nccl")
 
 
+def package_constant(package_dir: str, name: str):
+    """A module-level literal of a torchmpi package file, read as data (no Spack import)."""
+    import ast
+
+    path = ROOT / "spack_repo" / "torchmpi" / "packages" / package_dir / "package.py"
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == name:
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{name} not found in {path}")
+
+
 def test_repo_list_shows_torchmpi_first(spack) -> None:
     lines = [line.split() for line in spack.run("repo", "list").stdout.splitlines()]
     names = [parts[1] for parts in lines if len(parts) > 1]
@@ -588,13 +599,9 @@ print(json.dumps({"reachable": reachable, "source": source}))
 def test_cuda_aware_mpi_only_on_versions_the_fixtures_cover(torch_class_facts) -> None:
     """Every release reachable with +cuda_aware_mpi lies within the fixtures'
     range, or is listed in py-torch's UNVERIFIED_TORCH (nothing else)."""
-    import ast
-
     tags = _fixture_tags()
     assert len(tags) >= 2, "fixtures with a 'Tag: vX.Y.Z' header"
-    tree = ast.parse((ROOT / "spack_repo/torchmpi/packages/py_torch/package.py").read_text())
-    unverified = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
-                      and getattr(n.targets[0], "id", "") == "UNVERIFIED_TORCH")
+    unverified = package_constant("py_torch", "UNVERIFIED_TORCH")
     reachable = {v: tuple(int(p) for p in v.split(".")) for v in torch_class_facts["reachable"]}
     assert reachable, "no builtin torch version can be built +cuda_aware_mpi"
     assert all(v >= tags[0] for v in reachable.values()), (reachable, tags)
@@ -651,14 +658,8 @@ def test_nccl_net_is_a_name_that_plugin_release_answers_to(plugin_nccl_net) -> N
 
 
 def vouched_pairs() -> list[tuple[str, str, str, str]]:
-    """VOUCHED_PAIRS from nccl_ss11/package.py, read as data (no Spack import)."""
-    import ast
-
-    tree = ast.parse((ROOT / "spack_repo/torchmpi/packages/nccl_ss11/package.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "VOUCHED_PAIRS":
-            return [tuple(p) for p in ast.literal_eval(node.value)]
-    raise AssertionError("VOUCHED_PAIRS not found in nccl_ss11/package.py")
+    """VOUCHED_PAIRS from nccl_ss11/package.py."""
+    return [tuple(p) for p in package_constant("nccl_ss11", "VOUCHED_PAIRS")]
 
 
 def test_every_vouched_pair_names_its_source() -> None:
