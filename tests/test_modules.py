@@ -9,6 +9,7 @@ must be the same on both paths (docs/admins.md, "Runtime variables").
 
 from __future__ import annotations
 
+import getpass
 import os
 import shlex
 import shutil
@@ -130,7 +131,9 @@ def _deploy(spack, tree: Path, name: str) -> Deployed:
     if _reuse_lock(name, env_dir):
         dep.seconds["concretize"] = 0.0
     else:
-        timed("concretize", *env, "concretize", "-f")
+        # With the test store: Spack opens the install tree while solving, and
+        # the site's own (/glade/work/...) must not be created here.
+        timed("concretize", *dep.overrides, *env, "concretize", "-f")
     timed("install --fake", *dep.overrides, "-c", "modules:default:enable::[]", *env,
           "install", "--fake")
     _fix_fake_prefixes(spack, dep)
@@ -146,11 +149,36 @@ def deployed(spack, tmp_path_factory) -> dict[str, Deployed]:
     tree = tmp_path_factory.mktemp("modules-checkout")
     # The committed relative repo path (../../spack_repo/torchmpi) must resolve.
     (tree / "spack_repo").symlink_to(paths.root() / "spack_repo")
+    absent_before = [p for p in map(_site_install_top, SITES) if p and not p.exists()]
     with ThreadPoolExecutor(max_workers=2) as pool:
         done = dict(zip(SITES, pool.map(lambda n: _deploy(spack, tree, n), SITES)))
     for name, dep in done.items():
         print(f"modules {name}: {dep.seconds}")
+    done_paths["absent_before"] = absent_before
     return done
+
+
+#: Shared between the fixture and the host-path test (module scope).
+done_paths: dict[str, list[Path]] = {}
+
+
+def _site_install_top(name: str) -> Path | None:
+    """The top directory of a site's install tree (/glade for Derecho), as Spack
+    would expand it here, or None when the site names none."""
+    root = (sitemod.load(name).data.get("install") or {}).get("root")
+    if not root:
+        return None
+    user = getpass.getuser()
+    expanded = os.path.expandvars(root.replace("$user", user))
+    parts = Path(expanded).parts
+    return Path(*parts[:2]) if len(parts) > 1 and "$" not in expanded else None
+
+
+def test_deploying_creates_no_site_path_on_this_host(deployed) -> None:
+    """Every Spack call on a site environment uses the test store: a site's
+    install tree (/glade/work/...) must not appear on the test machine."""
+    created = [p for p in done_paths["absent_before"] if p.exists()]
+    assert not created, f"created on this host: {created}"
 
 
 def _bash(spack, script: str, check: bool = True) -> subprocess.CompletedProcess:
