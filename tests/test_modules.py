@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from torchmpi import modules as modmod
-from torchmpi import paths
+from torchmpi import paths, runtime
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
 
@@ -224,7 +223,7 @@ def _activate_env(spack, dep: Deployed) -> dict[str, str]:
 def test_module_load_gives_the_site_runtime_and_python_path(spack, deployed, name) -> None:
     dep = deployed[name]
     got = _module_env(spack, dep)
-    expected = modmod.runtime_env(dep.site.data)
+    expected = runtime.environment(dep.site.data)
     assert {k: got.get(k) for k in expected} == expected
     if dep.site.data["fabric"] == "slingshot":
         assert got["NCCL_NET"] and got["FI_CXI_DISABLE_HOST_REGISTER"] == "1"
@@ -247,13 +246,13 @@ def test_module_load_gives_the_site_runtime_and_python_path(spack, deployed, nam
 def test_spack_env_activate_gives_the_same_values(spack, deployed, name) -> None:
     dep = deployed[name]
     module, activated = _module_env(spack, dep), _activate_env(spack, dep)
-    names = set(modmod.runtime_env(dep.site.data)) | set(PACKAGE_VARS)
+    names = set(runtime.environment(dep.site.data)) | set(PACKAGE_VARS)
     assert {k: activated.get(k) for k in names} == {k: module.get(k) for k in names}
 
 
 def test_cray_gpu_switch_is_set_with_gtl(deployed) -> None:
     """Derecho: +cuda_aware_mpi links GTL, so the switch is 1 on both paths."""
-    assert modmod.runtime_env(deployed["derecho"].site.data)["MPICH_GPU_SUPPORT_ENABLED"] == "1"
+    assert runtime.environment(deployed["derecho"].site.data)["MPICH_GPU_SUPPORT_ENABLED"] == "1"
 
 
 @pytest.mark.parametrize("name", SITES)

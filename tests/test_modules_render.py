@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from torchmpi import modules as modmod
-from torchmpi import paths
+from torchmpi import paths, runtime
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
-from torchmpi.cli import UserError
+from torchmpi.errors import UserError
 
 COMMITTED = ["alps-gh200", "derecho", "generic-ib", "perlmutter"]
 
@@ -48,7 +47,7 @@ def test_three_renderings_of_the_runtime_agree(name: str, tmp_path: Path) -> Non
     """runtime.sh, spack.yaml env_vars and the py-torch-mpi module: one mapping."""
     site = sitemod.load(name)
     files = _rendered(site, tmp_path)
-    expected = modmod.runtime_env(site.data)
+    expected = runtime.environment(site.data)
     mods = yaml.safe_load(files["modules.yaml"])["modules"]["default"]["lmod"]
     assert mods["py-torch-mpi"]["environment"]["set"] == expected
     assert yaml.safe_load(files["spack.yaml"])["spack"]["env_vars"]["set"] == expected
@@ -91,7 +90,7 @@ def test_cray_gpu_switch_added_with_gtl(tmp_path: Path) -> None:
         del d["runtime"]["env"]["MPICH_GPU_SUPPORT_ENABLED"]
 
     site = _site(tmp_path, "derecho", drop)
-    assert modmod.runtime_env(site.data)["MPICH_GPU_SUPPORT_ENABLED"] == "1"
+    assert runtime.environment(site.data)["MPICH_GPU_SUPPORT_ENABLED"] == "1"
     assert "export MPICH_GPU_SUPPORT_ENABLED=1" in _rendered(site, tmp_path)["runtime.sh"]
 
 
@@ -112,7 +111,7 @@ def test_cray_gpu_switch_contradicting_gtl_is_rejected(tmp_path: Path) -> None:
 
 def test_alps_runs_without_gpu_aware_mpi(tmp_path: Path) -> None:
     """CSCS's choice (MPI-with-NCCL deadlock warning): no GTL, switch 0, nothing added."""
-    env = modmod.runtime_env(sitemod.load("alps-gh200").data)
+    env = runtime.environment(sitemod.load("alps-gh200").data)
     assert env["MPICH_GPU_SUPPORT_ENABLED"] == "0"
 
 
@@ -133,5 +132,5 @@ def test_slingshot_sites_state_every_package_default(spack) -> None:
     for name in COMMITTED:
         site = sitemod.load(name)
         if site.data["fabric"] == "slingshot":
-            missing = names - set(modmod.runtime_env(site.data))
+            missing = names - set(runtime.environment(site.data))
             assert not missing, f"{name}: runtime.env lacks package-set {sorted(missing)}"

@@ -15,7 +15,8 @@ import yaml
 from torchmpi import detect, paths
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
-from torchmpi.cli import UserError, main
+from torchmpi.cli import main
+from torchmpi.errors import UserError
 
 SHIPPED = ["alps-gh200", "derecho", "generic-ib", "local", "perlmutter"]
 COMMITTED = ["alps-gh200", "derecho", "generic-ib", "perlmutter"]

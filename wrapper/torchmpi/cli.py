@@ -14,13 +14,10 @@ import importlib
 import sys
 
 from torchmpi import __version__
+from torchmpi.errors import UserError
 
 #: Verb modules, in the order ``torchmpi --help`` lists them.
 VERBS = ("sites", "render", "concretize", "detect", "doctor", "allreduce")
-
-
-class UserError(Exception):
-    """An error caused by input the user controls: printed without a traceback."""
 
 
 def build_parser() -> argparse.ArgumentParser:

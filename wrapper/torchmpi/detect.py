@@ -125,7 +125,7 @@ def fill_in(site: Any) -> None:
         data["target"] = facts["target"]
     if data.get("compilers") == "auto":
         if not facts["gcc"]:
-            from torchmpi.cli import UserError
+            from torchmpi.errors import UserError
 
             raise UserError(f"{site.path}: compilers: auto found no gcc/g++/gfortran on PATH")
         data["compilers"] = [facts["gcc"]]

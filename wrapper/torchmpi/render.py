@@ -26,7 +26,7 @@ import jinja2
 
 from torchmpi import __version__, paths
 from torchmpi import modules as modmod
-from torchmpi.cli import UserError
+from torchmpi.errors import UserError
 from torchmpi.site import Site
 
 #: Rendered files, in the order they are written and diffed.

@@ -19,8 +19,8 @@ from typing import Any
 import jsonschema
 import yaml
 
-from torchmpi import modules, paths
-from torchmpi.cli import UserError
+from torchmpi import paths, runtime
+from torchmpi.errors import UserError
 
 
 @dataclass
@@ -201,11 +201,11 @@ def _semantic_errors(data: dict[str, Any]) -> list[tuple[tuple, str]]:
         errors.append((("nccl", "plugin"), (
             "the aws-ofi-nccl plugin is only built for fabric: slingshot"
             f" (this site says fabric: {data.get('fabric')})")))
-    switch = modules.cray_gpu_switch(data)
-    stated = (data.get("runtime") or {}).get("env", {}).get(modules.GPU_SWITCH)
+    switch = runtime.cray_gpu_switch(data)
+    stated = (data.get("runtime") or {}).get("env", {}).get(runtime.GPU_SWITCH)
     if switch is not None and stated is not None and str(stated) != switch:
         gtl = "links Cray's GTL" if switch == "1" else "links no GTL"
-        errors.append((("runtime", "env", modules.GPU_SWITCH), (
+        errors.append((("runtime", "env", runtime.GPU_SWITCH), (
             f"must be {switch} here: mpi.cuda_aware is {str(switch == '1').lower()}, so torch"
             f" {gtl}; the switch and GTL go together or not at all (to run without GPU-aware"
             " MPI, e.g. for CSCS's MPI-with-NCCL deadlock warning, set mpi.cuda_aware: false)")))

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from torchmpi import paths
-from torchmpi.cli import UserError
+from torchmpi.errors import UserError
 
 
 def _cache() -> Path:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from torchmpi.cli import UserError
+from torchmpi.errors import UserError
 
 DEFAULT_MAX = "128M"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from torchmpi.cli import UserError
+from torchmpi.errors import UserError
 
 
 def register(subparsers) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from torchmpi import site as sitemod
-from torchmpi.cli import UserError
+from torchmpi.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
