@@ -1,9 +1,10 @@
 """The py-torch override's MPICH/Cray MPICH CUDA-awareness patch.
 
 Runs the patch logic of ``spack_repo/torchmpi/packages/py_torch`` on excerpts
-of PyTorch's real ``ProcessGroupMPI.cpp`` (``tests/fixtures/process_group_mpi``,
-one per release whose text could be checked, each header naming tag, commit
-and path), then compiles the result against stub MPI headers and runs it: the
+of PyTorch's real ``ProcessGroupMPI.cpp`` (``tests/fixtures/process_group_mpi``:
+one per release whose text could be read from a source tarball of its tag, and
+main after PR #178323 as read from a fork, each header naming tag, commit and
+path), then compiles the result against stub MPI headers and runs it: the
 patched check must say "CUDA-aware" exactly when the MPI is.  A source that
 already has an MPICH branch (PR #178323 on main) must be left alone.
 """
@@ -83,16 +84,24 @@ def test_fixture_header_names_tag_commit_path(name: str) -> None:
     assert fields["Upstream"] == "https://github.com/pytorch/pytorch"
     assert fields["Path"] == UPSTREAM_PATH
     assert {"Tag", "Commit", "Verified", "Verbatim"} <= fields.keys()
+    assert re.fullmatch(r"[0-9a-f]{40}", fields["Commit"])
+    # Only text read from a real repository at a named commit: no shape
+    # written here, and no text whose origin could not be checked.
     if fields["Verified"] == "yes":
-        assert fields["Tag"] == name.removesuffix(".cpp")
-        assert re.fullmatch(r"[0-9a-f]{40}", fields["Commit"])
+        # A release, read from a source tarball of that tag.
+        kind = "upstream"
+        assert name.startswith("v") and fields["Tag"] == name.removesuffix(".cpp")
         assert "sha256" in fields["Source"] and "git blob" in fields["Source"]
     else:
-        # Unverified text must say so, why, and not pose as a release.
-        assert fields["Verified"].startswith("no -- ") and fields["Commit"] == "unknown"
+        # Read from a fork: it says so and why, names the fork, and never
+        # stands for a release.
+        kind = "fork"
+        assert fields["Verified"].startswith("fork -- "), fields["Verified"]
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+", fields["Fork"])
+        assert fields["Fork"] != "pytorch/pytorch"
         assert fields["Tag"].startswith("none") and not name.startswith("v")
     # The kept ranges and the "omitted" markers tile the source from line 1 on.
-    kind, ranges = re.fullmatch(r"(upstream|listing) lines (.*)", fields["Verbatim"]).groups()
+    ranges = re.fullmatch(rf"{kind} lines (.*)", fields["Verbatim"]).group(1)
     kept = [tuple(map(int, (r.split("-") * 2)[:2])) for r in ranges.split(", ")]
     assert body[0] == "" and body[-1] == ""
     line, pieces = 1, []
@@ -109,6 +118,9 @@ def test_fixture_header_names_tag_commit_path(name: str) -> None:
                 pieces.append((line, line))
             line += 1
     assert pieces == kept
+    # ... and run to the source's last line (the header says how many).
+    total = re.search(r"(\d+) lines", fields.get("Source", "") + fields["Verified"])
+    assert total and kept[-1][1] == int(total.group(1))
 
 
 @pytest.mark.parametrize("name", [n for n in ALL if n.startswith("v")])

@@ -31,9 +31,11 @@ CUDA_AWARE_MPI_SHA256 = "aab38b33274d2a920819bb390b85e745eca33cfe796ac22434252d6
 
 #: Builtin releases that can be built ``+cuda_aware_mpi`` but have no fixture
 #: of their real ProcessGroupMPI.cpp (its text at these tags could not be read
-#: here).  pytorch main on 2025-12-10 still held the v2.9.1 file byte for byte
-#: (the blob in pytorch/pytorch#170073's diff), and the patcher refuses a shape
-#: it does not know (PatchError, the build stops) rather than guess.
+#: here; tests/fixtures/process_group_mpi/README.md says what was tried).  The
+#: patcher leaves alone a check that already handles MPICH (as main's does
+#: after pytorch/pytorch#178323), adds its branch before the outer ``#else``
+#: otherwise, and refuses a check without that ``#if``/``#else`` (PatchError,
+#: the build stops) rather than guess.
 #: tests/test_packages.py fails until this list equals the reachable releases
 #: above the newest fixture: add a fixture, then drop the release here.
 UNVERIFIED_TORCH = ("2.10.0", "2.11.0", "2.12.0")
