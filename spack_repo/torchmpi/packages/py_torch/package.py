@@ -36,8 +36,10 @@ CUDA_AWARE_MPI_SHA256 = "aab38b33274d2a920819bb390b85e745eca33cfe796ac22434252d6
 #: after pytorch/pytorch#178323), adds its branch before the outer ``#else``
 #: otherwise, and refuses a check without that ``#if``/``#else`` (PatchError,
 #: the build stops) rather than guess.
-#: tests/test_packages.py fails until this list equals the reachable releases
-#: above the newest fixture: add a fixture, then drop the release here.
+#: tests/test_packages.py fails unless every release reachable with
+#: ``+cuda_aware_mpi`` has a fixture or is listed here: add a fixture, then drop
+#: the release here.  (2.10 and later stay reachable: builtin deprecates every
+#: older release, so excluding them would leave GPU sites without a torch.)
 UNVERIFIED_TORCH = ("2.10.0", "2.11.0", "2.12.0")
 
 #: Providers of ``mpi`` whose ``+cuda`` build moves device buffers and whose
@@ -67,6 +69,31 @@ OTHER_MPI_PROVIDERS = (
 )
 
 
+def cray_gtl_link_tokens(mpi: "Spec", who: str) -> list:
+    """Linker tokens that make a shared object NEED Cray's GPU Transport Layer.
+
+    With cray-mpich, ``MPICH_GPU_SUPPORT_ENABLED=1`` aborts ``MPI_Init``
+    unless ``libmpi_gtl_cuda`` is linked into the process ("GTL library is not
+    linked"), so it is linked into the library that calls ``MPI_Init`` (libtorch
+    here, mpi4py's extension in ``py-mpi4py``) rather than left to
+    ``LD_PRELOAD``.
+
+    Builtin ``cray-mpich``'s ``gtl_lib`` is a dict of ``ldflags`` (``-L`` and
+    ``-Wl,-rpath``) and ``ldlibs`` (``-lmpi_gtl_cuda``), consumed token by
+    token as builtin ``lammps`` does.  ``-Wl,--no-as-needed`` goes just before
+    the library: nothing calls into GTL directly, so a linker that defaults to
+    ``--as-needed`` (Ubuntu, and CMake projects that add it) would otherwise
+    drop the NEEDED entry that MPI_Init looks for.
+    """
+    gtl = mpi.package.gtl_lib
+    if not gtl.get("ldlibs"):
+        raise InstallError(
+            f"cray-mpich found no GTL library for this GPU: {who} would abort in "
+            "MPI_Init with MPICH_GPU_SUPPORT_ENABLED=1"
+        )
+    return [*gtl.get("ldflags", []), "-Wl,--no-as-needed", *gtl["ldlibs"]]
+
+
 class PyTorch(BuiltinPyTorch):
     """Tensors and Dynamic neural networks in Python with strong GPU acceleration.
 
@@ -84,6 +111,15 @@ class PyTorch(BuiltinPyTorch):
         when="@2.6: +mpi+cuda",
         description="Let the MPI backend pass CUDA tensors to a CUDA-aware MPI "
         "(recognise MPICH/Cray MPICH, link Cray's GTL library)",
+    )
+
+    # Between the two fixtures (v2.6.0, v2.9.1) no release text was read, and
+    # builtin deprecates all of them (CVEs): excluded rather than assumed.
+    conflicts(
+        "@2.7.0:2.9.0",
+        when="+cuda_aware_mpi",
+        msg="py-torch +cuda_aware_mpi: torchmpi's patcher was checked on 2.6.0 and 2.9.1 "
+        "only among releases before 2.10; use py-torch@2.9.1 or @2.10:",
     )
 
     # A CUDA-aware MPI backend needs an MPI that moves device buffers.  The
@@ -118,28 +154,11 @@ class PyTorch(BuiltinPyTorch):
 
     @property
     def gtl_link_flags(self) -> list[str]:
-        """Linker flags for Cray's GPU Transport Layer, empty when not needed.
-
-        With cray-mpich, ``MPICH_GPU_SUPPORT_ENABLED=1`` aborts ``MPI_Init``
-        unless ``libmpi_gtl_cuda`` is linked ("GTL library is not linked"), so
-        it is linked into libtorch here rather than left to ``LD_PRELOAD``.
-
-        Builtin ``cray-mpich``'s ``gtl_lib`` is a dict of ``ldflags`` (``-L``
-        and ``-Wl,-rpath``) and ``ldlibs`` (``-lmpi_gtl_cuda``), consumed token
-        by token as builtin ``lammps`` does.  ``-Wl,--no-as-needed`` goes just
-        before the library: nothing in libtorch calls into GTL, so a linker
-        that defaults to ``--as-needed`` (Ubuntu, and CMake projects that add
-        it) would otherwise drop the NEEDED entry that MPI_Init looks for.
-        """
+        """Linker flags for Cray's GPU Transport Layer, empty when not needed
+        (see :func:`cray_gtl_link_tokens`)."""
         if not self.spec.satisfies("+cuda_aware_mpi ^[virtuals=mpi] cray-mpich+cuda"):
             return []
-        gtl = self.spec["mpi"].package.gtl_lib
-        if not gtl.get("ldlibs"):
-            raise InstallError(
-                "cray-mpich found no GTL library for this GPU: py-torch +cuda_aware_mpi "
-                "would abort in MPI_Init with MPICH_GPU_SUPPORT_ENABLED=1"
-            )
-        return [*gtl.get("ldflags", []), "-Wl,--no-as-needed", *gtl["ldlibs"]]
+        return cray_gtl_link_tokens(self.spec["mpi"], "py-torch +cuda_aware_mpi")
 
     def patch(self):
         super().patch()
