@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from mpi_launch import job_env
@@ -98,3 +99,9 @@ def test_every_rule_cites_its_source():
     for rule in site_env.LAUNCHER_RULES:
         assert "HPE" in rule.source and rule.slurm_flag.startswith("srun --network=")
 
+
+def test_users_job_examples_show_each_launcher_flag():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "users.md").read_text()
+    for rule in site_env.LAUNCHER_RULES:
+        assert rule.slurm_flag.split()[-1] in text and rule.pbs_flag in text
+        assert f"SLURM_NETWORK={rule.slurm_value}" in text
