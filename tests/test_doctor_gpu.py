@@ -200,6 +200,11 @@ def test_probe_env_drops_the_launchers_rank_variables():
                                     "FI_PROVIDER": "cxi"}
 
 
+def test_nccl_probe_log_goes_to_the_output_the_doctor_reads():
+    env = {"NCCL_DEBUG_FILE": "/tmp/nccl.%h.%p", "NCCL_DEBUG": "WARN"}
+    assert probe.probe_env(env, NCCL_DEBUG="INFO") == {"NCCL_DEBUG": "INFO"}
+
+
 # --- the real probe ------------------------------------------------------------------
 
 

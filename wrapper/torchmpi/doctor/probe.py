@@ -60,6 +60,8 @@ def probe_env(env: Mapping[str, str], **extra: str) -> dict[str, str]:
     """The environment for a one-rank child: the job's, minus the launcher's rank variables."""
     child = {k: v for k, v in env.items()
              if not k.startswith(_LAUNCHER_PREFIXES) and k not in _LAUNCHER_NAMES}
+    if "NCCL_DEBUG" in extra:
+        child.pop("NCCL_DEBUG_FILE", None)  # the log must reach the output the doctor reads
     child.update(extra)
     return child
 
