@@ -233,3 +233,14 @@ def test_real_cuda_probe_on_a_gpu(name, backend):
     check = probe.probe_check(name, info, backend, "cuda", result)
     # NCCL and gloo must work on any CUDA torch; MPI must either work or say why.
     assert check.status == PASS or (backend == "mpi" and check.fix), (check, result)
+
+
+def test_real_child_output_is_judged_with_pytorchs_text():
+    """The pip CPU torch has no MPI backend: run the MPI probe anyway and judge its real output."""
+    info = gpu.probe_torch()
+    if info.mpi:
+        pytest.skip("this torch has an MPI backend")
+    result = probe.run_probe(run_command, dict(os.environ), "mpi", "cpu")
+    check = probe.judge("probe.mpi", result)
+    assert check.status == FAIL and "doesn't have MPI built in" in check.detail
+    assert check.fix.startswith("this PyTorch has no MPI backend")
