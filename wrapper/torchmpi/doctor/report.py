@@ -13,18 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from torchmpi.doctor import gpu, mpi, nccl, probe, site_env
-from torchmpi.doctor.core import (
-    FAIL,
-    PASS,
-    SKIP,
-    WARN,
-    Check,
-    CommandResult,
-    Runner,
-    job_nodes,
-    run_command,
-)
+from torchmpi.doctor import core, gpu, mpi, nccl, probe, site_env
+from torchmpi.doctor.core import Check, CommandResult, Runner
 
 
 @dataclass
@@ -51,7 +41,7 @@ def torch_ldd(info: gpu.TorchInfo, runner: Runner) -> str:
 
 
 def gather(site: str | None = None, nccl_log: str | None = None, run_probes: bool = True,
-           runner: Runner = run_command) -> Inputs:
+           runner: Runner = core.run_command) -> Inputs:
     """Collect the inputs from this process and machine.
 
     Raises :class:`torchmpi.errors.UserError` for a bad ``--site`` and
@@ -75,7 +65,7 @@ def gather(site: str | None = None, nccl_log: str | None = None, run_probes: boo
 def run_checks(inputs: Inputs) -> list[Check]:
     info, env = inputs.torch, inputs.env
     site_data = inputs.site.data if inputs.site else None
-    nodes = job_nodes(env)
+    nodes = core.job_nodes(env)
     slingshot = nccl.on_slingshot(site_data, inputs.interfaces)
     found = mpi.identify_mpi(inputs.runner, env, inputs.torch_ldd, info.loaded_libs)
     plugin = nccl.find_plugin(env, inputs.nccl_log, inputs.isfile)
@@ -104,9 +94,10 @@ def format_table(checks: list[Check]) -> str:
     lines = []
     for c in checks:
         lines.append(f"{c.status:<5} {c.name:<{width}}  {c.detail}")
-        if c.fix and c.status in (FAIL, WARN):
+        if c.fix and c.status in (core.FAIL, core.WARN):
             lines.append(f"{'':<5} {'':<{width}}  fix: {c.fix}")
-    counts = {s: sum(c.status == s for c in checks) for s in (PASS, WARN, FAIL, SKIP)}
+    counts = {s: sum(c.status == s for c in checks)
+              for s in (core.PASS, core.WARN, core.FAIL, core.SKIP)}
     lines.append(", ".join(f"{n} {s}" for s, n in counts.items()))
     return "\n".join(lines)
 
@@ -117,4 +108,4 @@ def to_json(checks: list[Check]) -> str:
 
 
 def exit_status(checks: list[Check]) -> int:
-    return 1 if any(c.status == FAIL for c in checks) else 0
+    return 1 if any(c.status == core.FAIL for c in checks) else 0
