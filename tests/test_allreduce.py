@@ -218,3 +218,23 @@ def test_help_has_description_example_and_defaults():
     out = " ".join(out.split())  # argparse wraps to the terminal width
     assert "Avg bus bandwidth" in out and "examples:" in out
     assert out.count("(default") >= 10
+
+
+def _visible_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.parametrize("backend", ["nccl", "gloo"])
+def test_cuda_tensors_on_a_gpu(backend):
+    """Runs where a GPU is lent; skipped (never faked) elsewhere."""
+    gpus = _visible_gpus()
+    if not gpus:
+        pytest.skip("no GPU visible")
+    ranks = min(gpus, 2) if backend == "nccl" else 2  # NCCL refuses two ranks on one GPU
+    proc = torchrun(ranks, "--no-python", TORCHMPI, "allreduce", "--backend", backend,
+                    "--device", "cuda", "--sizes", "8,1M,64M", "--warmup", "2", "--iters", "5")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "device cuda:" in proc.stdout and "# Avg bus bandwidth" in proc.stdout
+    assert [r[-1] for r in _rows(proc.stdout)] == ["OK", "OK", "OK"]
