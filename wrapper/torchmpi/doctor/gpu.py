@@ -143,7 +143,9 @@ class DriverInfo:
 def parse_nvidia_smi(text: str) -> DriverInfo:
     """``nvidia-smi`` (plain table) -> GPU count and the driver's CUDA version."""
     match = _SMI_CUDA.search(text)
-    gpus = len(re.findall(r"^\|\s+\d+\s+\S.*?\|", text, re.MULTILINE))
+    # A GPU's row carries its PCI bus id; process rows further down do not.
+    gpus = len(re.findall(r"^\|\s+\d+\s.*\|\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d",
+                          text, re.MULTILINE))
     gpus = gpus or len(re.findall(r"^GPU \d+:", text, re.MULTILINE))
     return DriverInfo(gpus=gpus, driver_cuda=match.group(1) if match else None, found=True)
 
