@@ -1,15 +1,18 @@
-"""torchmpi allreduce: sizes, bandwidth arithmetic, error hints, and real 2-rank jobs."""
+"""torchmpi allreduce: sizes, bandwidth arithmetic, error hints, and real 1- and 2-rank jobs."""
 
 from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 
 import pytest
-from mpi_launch import TORCHMPI, mpirun, torchrun
+from mpi_launch import TORCHMPI, job_env, mpirun, torchrun
 from torchmpi.allreduce import (
     CUDA_REJECTED_HINT,
     bus_bandwidth,
+    combine_times,
     explain,
     parse_size,
     size_series,
@@ -24,9 +27,10 @@ def test_parse_size(text, size):
     assert parse_size(text) == size
 
 
-def test_parse_size_rejects_junk():
+@pytest.mark.parametrize("text", ["lots", "0", "0K", "-8", "-1M", ""])
+def test_parse_size_rejects_junk_zero_and_negative(text):
     with pytest.raises(ValueError):
-        parse_size("lots")
+        parse_size(text)
 
 
 def test_default_range_spans_8_bytes_to_1_gib():
@@ -45,6 +49,13 @@ def test_busbw_follows_nccl_tests():
     assert bus_bandwidth(10.0, 1) == 0.0
 
 
+def test_time_is_averaged_over_ranks_like_nccl_tests_minus_a():
+    times = [1.0, 2.0, 6.0]
+    assert combine_times(times, "avg") == 3.0
+    assert (combine_times(times, "max"), combine_times(times, "min")) == (6.0, 1.0)
+    assert combine_times(times, "rank0") == 1.0
+
+
 def test_cuda_tensor_rejection_gets_the_documented_message():
     err = RuntimeError("CUDA tensor detected and the MPI used doesn't have CUDA-aware MPI "
                        "support")
@@ -59,22 +70,43 @@ def _rows(stdout: str) -> list[list[str]]:
 
 
 def test_gloo_under_mpirun_checks_and_reports(tmp_path):
-    out_csv, out_json = tmp_path / "ar.csv", tmp_path / "ar.json"
+    out_csv = tmp_path / "ar.csv"
     proc = mpirun(2, TORCHMPI, "allreduce", "--backend", "gloo", "--sizes", "8,4K,1M",
-                  "--warmup", "1", "--iters", "3", "--csv", str(out_csv),
-                  "--json", str(out_json))
+                  "--warmup", "1", "--iters", "3", "--csv", str(out_csv))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "launcher=openmpi" in proc.stdout and "ranks=2" in proc.stdout
-    rows = _rows(proc.stdout)
+    out = proc.stdout
+    assert "launcher=openmpi" in out and "ranks=2" in out
+    assert "# warmup iters: 1, timed iters: 3, time: avg over ranks" in out
+    assert "#  Rank   0 on " in out and "#  Rank   1 on " in out and "device cpu" in out
+    assert "WARNING: one rank" not in out
+    rows = _rows(out)
     assert [int(r[0]) for r in rows] == [8, 4096, 1 << 20]
     assert all(r[-1] == "OK" for r in rows)
     for row in rows:  # busbw = algbw * 2(n-1)/n = algbw for n = 2
         assert float(row[6]) == pytest.approx(float(row[5]), abs=1e-3)
-    assert "# correctness: OK" in proc.stdout
-    report = json.loads(out_json.read_text())
-    assert report["ranks"] == 2 and [r["errors"] for r in report["results"]] == [0, 0, 0]
+    assert "# correctness: OK" in out
+    avg = [line for line in out.splitlines() if line.startswith("# Avg bus bandwidth")]
+    assert len(avg) == 1 and out.rstrip().endswith(avg[0])
+    mean = sum(float(r[6]) for r in rows) / 3
+    assert float(avg[0].split(":")[1]) == pytest.approx(mean, abs=2e-3)
     with open(out_csv) as handle:
         assert [int(r["bytes"]) for r in csv.DictReader(handle)] == [8, 4096, 1 << 20]
+
+
+def test_json_is_machine_readable_on_stdout():
+    proc = mpirun(2, TORCHMPI, "allreduce", "--sizes", "8,1K", "--warmup", "0", "--iters",
+                  "1", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ranks"] == 2 and report["ok"] is True and report["average"] == "avg"
+    assert [r["bytes"] for r in report["results"]] == [8, 1024]
+    assert [r["rank"] for r in report["rank_map"]] == [0, 1]
+
+
+def test_one_rank_warns_that_nothing_crosses_a_link():
+    proc = mpirun(1, TORCHMPI, "allreduce", "--sizes", "1K", "--warmup", "0", "--iters", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "# WARNING: one rank" in proc.stdout
 
 
 def test_gloo_under_torchrun():
@@ -82,6 +114,54 @@ def test_gloo_under_torchrun():
                     "--warmup", "0", "--iters", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "launcher=torchrun" in proc.stdout and _rows(proc.stdout)[0][-1] == "OK"
+
+
+# Rank 1 corrupts the checked result of the 1 KiB size: the job must say FAIL and exit 1.
+FAULT = """
+import sys, torch, torch.distributed as dist
+from torchmpi.cli import main
+real, hit = dist.all_reduce, []
+def faulty(tensor, *args, **kwargs):
+    work = real(tensor, *args, **kwargs)
+    if dist.get_rank() == 1 and tensor.numel() == 256 and not hit:
+        hit.append(1)
+        tensor[3] += 1
+    return work
+dist.all_reduce = faulty
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_wrong_result_is_fail_with_nonzero_exit():
+    proc = mpirun(2, sys.executable, "-c", FAULT, "allreduce", "--sizes", "8,1K,4K",
+                  "--warmup", "0", "--iters", "1")
+    assert proc.returncode != 0, proc.stdout
+    rows = {int(r[0]): r[-1] for r in _rows(proc.stdout)}
+    assert rows == {8: "OK", 1024: "FAIL", 4096: "OK"}
+    assert "# correctness: FAILED for 1 size(s)" in proc.stdout
+    assert "FAIL: wrong all-reduce result at size(s) 1024 bytes" in proc.stderr
+
+
+# Rank 0 dies in the third size: the rows of the sizes done before are already out.
+CRASH = """
+import os, sys, torch, torch.distributed as dist
+from torchmpi.cli import main
+real = dist.all_reduce
+def crashing(tensor, *args, **kwargs):
+    if tensor.numel() == 1024:
+        os._exit(3)
+    return real(tensor, *args, **kwargs)
+dist.all_reduce = crashing
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_rows_are_printed_as_each_size_completes():
+    proc = subprocess.run([sys.executable, "-c", CRASH, "allreduce", "--sizes", "8,1K,4K",
+                           "--warmup", "0", "--iters", "1"], env=job_env(),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 3
+    assert [int(r[0]) for r in _rows(proc.stdout)] == [8, 1024]
 
 
 def test_mpi_backend_missing_is_explained():
@@ -92,6 +172,69 @@ def test_mpi_backend_missing_is_explained():
     assert "Traceback" not in proc.stderr
 
 
-def test_bad_size_is_a_user_error():
-    proc = mpirun(1, TORCHMPI, "allreduce", "--sizes", "lots")
-    assert proc.returncode != 0 and "not a size" in proc.stderr
+def allreduce_cli(*args: str) -> subprocess.CompletedProcess:
+    """One process, no launcher: input errors must stop it before torch.distributed starts."""
+    return subprocess.run([TORCHMPI, "allreduce", *args], env=job_env(), capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("--sizes", "lots"), "not a size"),
+    (("--sizes", "0"), "is not positive"),
+    (("--sizes", "8,-1K"), "is not positive"),
+    (("--sizes", ","), "names no size"),
+    (("--min-bytes", "0"), "is not positive"),
+    (("--factor", "1"), "factor must be at least 2"),
+    (("--iters", "0"), "--iters 0"),
+    (("--warmup", "-1"), "--warmup -1"),
+])
+def test_bad_input_is_a_user_error(args, words):
+    proc = allreduce_cli(*args)
+    assert proc.returncode == 2 and words in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+@pytest.mark.parametrize("where", ["missing-dir/ar.csv", "."])
+def test_unwritable_csv_is_refused_before_the_run(tmp_path, where):
+    target = tmp_path / where
+    proc = allreduce_cli("--sizes", "8", "--csv", str(target))
+    assert proc.returncode == 2 and "--csv" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""  # nothing ran
+
+
+def test_readonly_csv_is_refused_before_the_run(tmp_path):
+    target = tmp_path / "ar.csv"
+    target.write_text("keep me\n")
+    target.chmod(0o444)
+    proc = allreduce_cli("--sizes", "8", "--csv", str(target))
+    if proc.returncode == 0:
+        pytest.skip("running as root: file modes do not stop writes")
+    assert proc.returncode == 2 and "not writable" in proc.stderr
+    assert target.read_text() == "keep me\n"
+
+
+def test_help_has_description_example_and_defaults():
+    out = allreduce_cli("--help").stdout
+    out = " ".join(out.split())  # argparse wraps to the terminal width
+    assert "Avg bus bandwidth" in out and "examples:" in out
+    assert out.count("(default") >= 10
+
+
+def _visible_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.parametrize("backend", ["nccl", "gloo"])
+def test_cuda_tensors_on_a_gpu(backend):
+    """Runs where a GPU is lent; skipped (never faked) elsewhere."""
+    gpus = _visible_gpus()
+    if not gpus:
+        pytest.skip("no GPU visible")
+    ranks = min(gpus, 2) if backend == "nccl" else 2  # NCCL refuses two ranks on one GPU
+    proc = torchrun(ranks, "--no-python", TORCHMPI, "allreduce", "--backend", backend,
+                    "--device", "cuda", "--sizes", "8,1M,64M", "--warmup", "2", "--iters", "5")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "device cuda:" in proc.stdout and "# Avg bus bandwidth" in proc.stdout
+    assert [r[-1] for r in _rows(proc.stdout)] == ["OK", "OK", "OK"]

@@ -1,9 +1,8 @@
-"""torchmpi doctor: each check passes and fails on real inputs.
+"""torchmpi doctor: the report as a whole, the CLI, and this machine.
 
-Checks take their inputs as arguments, so most tests hand them a TorchInfo, an
-environment, a recorded NCCL log or a canned command runner.  The tests at the
-end use the real machine instead: Debian's ompi_info (not CUDA-aware) and the
-pip CPU torch (no MPI backend).
+The per-concern checks are tested in test_doctor_{gpu,mpi,nccl,site}.py.  Here:
+run_checks over hand-built inputs, then the real CLI on this machine (pip CPU
+torch without an MPI backend, Debian's Open MPI without CUDA).
 """
 
 from __future__ import annotations
@@ -15,294 +14,265 @@ from pathlib import Path
 
 import pytest
 from mpi_launch import TORCHMPI, job_env
-from torchmpi import doctor as d
+from torchmpi import doctor
+from torchmpi.doctor import gpu, mpi, nccl, probe, site_env
+from torchmpi.doctor.core import CommandResult, job_nodes
+from torchmpi.doctor.probe import OK_MARK
 
-LOGS = Path(__file__).parent / "fixtures" / "nccl-logs"
-GOOD_TORCH = d.TorchInfo(version="2.13.0", mpi=True, nccl=True, gloo=True,
-                         nccl_version="2.27.7", cuda_build="12.8", gpu_count=4)
-NO_MPI_TORCH = d.TorchInfo(version="2.13.0+cpu", mpi=False, nccl=False, gloo=True)
-
-
-def log(name: str) -> str:
-    return (LOGS / name).read_text()
-
-
-def canned(outputs: dict[str, str]) -> d.Runner:
-    """A runner that knows some programs (by argv joined with spaces) and no others."""
-    def runner(argv, **_kwargs):
-        key = " ".join(map(str, argv))
-        return d.CommandResult(0, outputs[key]) if key in outputs else None
-    return runner
+ROOT = Path(__file__).resolve().parents[1]
+LOGS = ROOT / "tests" / "fixtures" / "nccl-logs"
+CRAY_TORCH = gpu.TorchInfo(
+    version="2.11.0", mpi=True, nccl=True, gloo=True, nccl_version="2.27.7",
+    cuda_build="12.2", gpu_count=4,
+    loaded_libs=["/opt/cray/pe/mpich/8.1.28/ofi/gnu/12.3/lib/libmpi_gnu_123.so.12",
+                 "/opt/cray/pe/mpich/8.1.28/gtl/lib/libmpi_gtl_cuda.so.0"])
 
 
-NO_PROGRAMS = canned({})
-
-# --- torch and backends ----------------------------------------------------
-
-
-def test_torch_imports():
-    assert d.check_torch(GOOD_TORCH).status == d.PASS
+def no_programs(argv, **_kwargs):
+    return None
 
 
-def test_torch_import_failure():
-    check = d.check_torch(d.TorchInfo(import_error="ImportError: libcudart.so.12"))
-    assert check.status == d.FAIL and "libcudart" in check.detail and check.fix
+def ok(backend: str, device: str) -> CommandResult:
+    return CommandResult(0, f"{OK_MARK} {backend} {device} world=1\n")
 
 
-def test_backend_mpi_present():
-    assert d.check_backend_mpi(GOOD_TORCH).status == d.PASS
+def cray_inputs(**env: str) -> doctor.Inputs:
+    """A Perlmutter-like GPU node with aws-ofi-nccl 1.19.0 on LD_LIBRARY_PATH."""
+    plugin_dir = "/sw/aws-ofi-nccl-1.19.0-abcdef/lib"
+    base = {"LD_LIBRARY_PATH": plugin_dir, "MPICH_GPU_SUPPORT_ENABLED": "1",
+            "NCCL_NET": "AWS Libfabric",
+            "SLURM_JOB_ID": "1", "SLURM_JOB_NUM_NODES": "2", "SLURM_NETWORK": "disable_rdzv_get",
+            "FI_CXI_RDZV_PROTO": "alt_read"}
+    probes = {"probe.mpi": ok("mpi", "cpu"), "probe.mpi_cuda": ok("mpi", "cuda"),
+              "probe.nccl": ok("nccl", "cuda"), "probe.gloo": ok("gloo", "cuda")}
+    return doctor.Inputs(
+        torch=CRAY_TORCH, env={**base, **env}, runner=no_programs,
+        interfaces=["lo", "hsn0", "hsn1"], nccl_log=(LOGS / "plugin-ofi.log").read_text(),
+        site=site_env.SiteExpectation("perlmutter", {"fabric": "slingshot", "gpu": {}},
+                                      {"NCCL_NET": "AWS Libfabric"}),
+        driver=gpu.DriverInfo(4, "12.2", True), probes=probes,
+        isfile={f"{plugin_dir}/libnccl-net.so", f"{plugin_dir}/libnccl-net-ofi.so"}.__contains__)
 
 
-def test_backend_mpi_missing_fails_with_fix():
-    check = d.check_backend_mpi(NO_MPI_TORCH)
-    assert check.status == d.FAIL and "py-torch-mpi" in check.fix
+def statuses(inputs: doctor.Inputs) -> dict[str, str]:
+    return {c.name: c.status for c in doctor.run_checks(inputs)}
 
 
-def test_backend_nccl_present():
-    assert d.check_backend_nccl(GOOD_TORCH).status == d.PASS
+def test_healthy_cray_gpu_node_has_no_failure():
+    got = statuses(cray_inputs())
+    assert got["mpi.implementation"] == "PASS" and got["mpi.cray_gpu"] == "PASS"
+    assert got["probe.mpi_cuda"] == "PASS" and got["launcher.flags"] == "PASS"
+    assert got["nccl.plugin"] == "PASS" and got["nccl.interfaces"] == "PASS"
+    assert [n for n, s in got.items() if s in ("FAIL", "WARN")] == []
 
 
-@pytest.mark.parametrize(("info", "status"), [
-    (NO_MPI_TORCH, d.WARN),  # CPU build on a CPU node: a warning
-    (d.TorchInfo(version="x", gloo=True, gpu_count=2), d.FAIL),  # CPU build, GPUs present
-    (d.TorchInfo(version="x", gloo=True, cuda_build="12.8", gpu_count=2), d.FAIL),
+@pytest.mark.parametrize(("env", "check"), [
+    ({"MPICH_GPU_SUPPORT_ENABLED": "0"}, "mpi.cray_gpu"),
+    ({"NCCL_NET": "OFI", "LD_LIBRARY_PATH": "/sw/aws-ofi-nccl-1.6.0-x/lib"}, "nccl.plugin"),
+    ({"SLURM_NETWORK": "single"}, "launcher.flags"),
+    ({"NCCL_SOCKET_IFNAME": "ib"}, "nccl.socket_ifname"),
 ])
-def test_backend_nccl_missing(info, status):
-    assert d.check_backend_nccl(info).status == status
+def test_one_bad_setting_fails_its_check(env, check):
+    got = statuses(cray_inputs(**env))
+    assert got[check] == "FAIL", got
 
 
-def test_backend_gloo():
-    assert d.check_backend_gloo(GOOD_TORCH).status == d.PASS
-    assert d.check_backend_gloo(d.TorchInfo(version="x")).status == d.FAIL
+def test_probe_failure_fails_the_report_with_pytorchs_text():
+    inputs = cray_inputs()
+    inputs.probes = {**inputs.probes, "probe.mpi_cuda": CommandResult(1, (
+        "RuntimeError: CUDA tensor detected and the MPI used doesn't have CUDA-aware MPI "
+        "support\n"))}
+    checks = {c.name: c for c in doctor.run_checks(inputs)}
+    assert checks["probe.mpi_cuda"].status == "FAIL"
+    assert doctor.exit_status(list(checks.values())) == 1
 
 
-def test_nccl_version():
-    assert d.check_nccl_version(GOOD_TORCH).detail == "NCCL 2.27.7"
-    bad = d.TorchInfo(version="x", nccl=True, nccl_version="2.28.9")
-    assert d.check_nccl_version(bad).status == d.WARN
-    assert d.check_nccl_version(NO_MPI_TORCH).status == d.SKIP
+def test_every_check_name_is_in_troubleshooting():
+    """docs/troubleshooting.md names every check the report can print."""
+    text = (ROOT / "docs" / "troubleshooting.md").read_text()
+    for check in doctor.run_checks(cray_inputs()):
+        assert f"`{check.name}`" in text or f" {check.name} " in text, check.name
 
 
-def test_gpu_checks_skip_without_gpu():
-    assert d.check_gpu(NO_MPI_TORCH).status == d.SKIP
-    assert d.check_gpu(GOOD_TORCH).status == d.PASS
-
-
-# --- MPI ---------------------------------------------------------------------
-
-OMPI_TRUE = "mca:mpi:base:param:mpi_built_with_cuda_support:value:true\n"
-OMPI_FALSE = "mca:mpi:base:param:mpi_built_with_cuda_support:value:false\n"
-
-
-def openmpi(parsable: str) -> d.Runner:
-    return canned({"ompi_info --version": "Open MPI v5.0.8\n",
-                   "ompi_info --parsable --all": parsable})
-
-
-def test_identify_openmpi_from_ompi_info():
-    mpi = d.identify_mpi(openmpi(OMPI_TRUE), {})
-    assert (mpi.kind, mpi.version) == ("openmpi", "5.0.8")
-
-
-def test_identify_mpich_from_mpichversion():
-    mpi = d.identify_mpi(canned({"mpichversion": "MPICH Version:\t4.2.3\n"}), {})
-    assert (mpi.kind, mpi.version) == ("mpich", "4.2.3")
-
-
-def test_identify_cray_from_torch_link_beats_path_tools():
-    ldd = "\tlibmpi_cray.so.12 => /opt/cray/pe/lib64/libmpi_cray.so.12 (0x7f)\n"
-    assert d.identify_mpi(openmpi(OMPI_TRUE), {}, ldd).kind == "cray-mpich"
-
-
-def test_mpi_implementation_missing():
-    mpi = d.identify_mpi(NO_PROGRAMS, {})
-    assert d.check_mpi_implementation(mpi).status == d.FAIL
-    assert d.check_mpi_implementation(d.MpiInfo("openmpi", "5.0.8", "x")).status == d.PASS
-
-
-def test_openmpi_cuda_aware():
-    mpi = d.MpiInfo("openmpi")
-    assert d.check_openmpi_cuda_aware(mpi, openmpi(OMPI_TRUE), 4).status == d.PASS
-
-
-def test_openmpi_not_cuda_aware_fails_with_gpus_warns_without():
-    mpi = d.MpiInfo("openmpi")
-    with_gpu = d.check_openmpi_cuda_aware(mpi, openmpi(OMPI_FALSE), 4)
-    assert with_gpu.status == d.FAIL and "not CUDA-aware" in with_gpu.detail
-    assert d.check_openmpi_cuda_aware(mpi, openmpi(OMPI_FALSE), 0).status == d.WARN
-
-
-def test_openmpi_cuda_field_unreadable():
-    mpi = d.MpiInfo("openmpi")
-    assert d.check_openmpi_cuda_aware(mpi, openmpi("garbage\n"), 0).status == d.WARN
-
-
-GTL_LDD = "\tlibmpi_gtl_cuda.so.0 => /opt/cray/pe/mpich/8.1.30/gtl/lib/libmpi_gtl_cuda.so.0\n"
-CRAY = d.MpiInfo("cray-mpich")
-
-
-@pytest.mark.parametrize(("env", "ldd", "status"), [
-    ({"MPICH_GPU_SUPPORT_ENABLED": "1"}, GTL_LDD, d.PASS),
-    ({"MPICH_GPU_SUPPORT_ENABLED": "1",
-      "LD_PRELOAD": "/opt/cray/pe/mpich/8.1.30/gtl/lib/libmpi_gtl_cuda.so"}, "", d.PASS),
-    ({}, "", d.PASS),  # GPU support off on purpose (CSCS): consistent
-    ({"MPICH_GPU_SUPPORT_ENABLED": "1"}, "", d.FAIL),  # MPI_Init aborts
-    ({"MPICH_GPU_SUPPORT_ENABLED": "0"}, GTL_LDD, d.FAIL),  # silent segfaults
-    ({}, GTL_LDD, d.FAIL),
-], ids=["both", "preloaded", "neither", "set-without-gtl", "gtl-with-0", "gtl-unset"])
-def test_cray_gpu_support(env, ldd, status):
-    assert d.check_cray_gpu_support(CRAY, env, ldd).status == status
-
-
-def test_cray_check_skips_elsewhere():
-    assert d.check_cray_gpu_support(d.MpiInfo("openmpi"), {}, "").status == d.SKIP
-
-
-# --- NCCL environment and interfaces ----------------------------------------
-
-
-def test_nccl_env_plugin_clash():
-    env = {"NCCL_NET": "AWS Libfabric", "NCCL_NET_PLUGIN": "ofi"}
-    check = d.check_nccl_env(env)
-    assert check.status == d.FAIL and "unset NCCL_NET_PLUGIN" in check.fix
-    assert d.check_nccl_env({"NCCL_NET": "AWS Libfabric"}).status == d.PASS
-
-
-@pytest.mark.parametrize(("spec", "status"), [
-    ("hsn", d.PASS), ("hsn0,hsn1", d.PASS), ("^docker0,lo", d.PASS), ("=hsn0", d.PASS),
-    ("eth7", d.FAIL), ("=hsn", d.FAIL), ("ib", d.FAIL),
+@pytest.mark.parametrize(("env", "nodes"), [
+    ({"SLURM_STEP_NUM_NODES": "1", "SLURM_JOB_NUM_NODES": "4"}, 1),
+    ({"SLURM_NNODES": "3"}, 3), ({"PBS_NUM_NODES": "2"}, 2), ({}, None),
 ])
-def test_socket_ifname(spec, status):
-    interfaces = ["lo", "hsn0", "hsn1", "docker0"]
-    check = d.check_socket_ifname({"NCCL_SOCKET_IFNAME": spec}, interfaces)
-    assert check.status == status, check.detail
+def test_job_nodes(env, nodes):
+    assert job_nodes(env) == nodes
 
 
-def test_socket_ifname_unset_passes():
-    assert d.check_socket_ifname({}, ["lo"]).status == d.PASS
-
-
-# --- NCCL logs -------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("name", "slingshot", "status", "words"), [
-    ("plugin-ofi.log", True, d.PASS, "AWS Libfabric"),
-    ("ib.log", False, d.PASS, "IB"),
-    ("socket-fallback-hsn.log", True, d.FAIL, "sockets on Slingshot"),
-    ("socket-fallback-hsn.log", False, d.WARN, "No plugin found"),
-    ("plugin-clash.log", True, d.FAIL, "Could not find: ofi libnccl-net-ofi.so"),
-    ("unhandled-system-error.log", False, d.FAIL, "unhandled system error"),
-    ("no-network-line.log", False, d.WARN, "does not say"),
-])
-def test_nccl_network_from_log(name, slingshot, status, words):
-    check = d.check_nccl_network(log(name), slingshot)
-    assert check.status == status and words in check.detail, check
-
-
-def test_nccl_network_without_log_skips():
-    assert d.check_nccl_network(None, True).status == d.SKIP
-
-
-def test_parse_socket_interfaces():
-    assert d.parse_nccl_log(log("socket-fallback-hsn.log")).socket_interfaces == ["hsn0", "hsn1"]
-    assert d.parse_nccl_log(log("ib.log")).socket_interfaces == []
-
-
-@pytest.mark.parametrize(("name", "status"), [
-    ("plugin-ofi.log", d.PASS), ("socket-fallback-hsn.log", d.PASS),
-    ("docker0.log", d.FAIL), ("loopback.log", d.WARN),
-])
-def test_nccl_interfaces_from_log(name, status):
-    assert d.check_nccl_interfaces(log(name)).status == status
-
-
-def test_slingshot_detection():
-    assert d.on_slingshot({"fabric": "slingshot"}, ["eth0"])
-    assert d.on_slingshot(None, ["lo", "hsn0"])
-    assert not d.on_slingshot({"fabric": "infiniband"}, ["lo", "ib0"])
-
-
-# --- site variables --------------------------------------------------------
-
-
-def test_compare_env_reports_missing_and_different():
-    expected = {"NCCL_CROSS_NIC": 1, "FI_CXI_DISABLE_HOST_REGISTER": "1",
-                "FI_MR_CACHE_MONITOR": "userfaultfd"}
-    actual = {"NCCL_CROSS_NIC": "1", "FI_MR_CACHE_MONITOR": "memhooks"}
-    diffs = d.compare_env(expected, actual)
-    assert [(x.name, x.actual) for x in diffs] == [
-        ("FI_CXI_DISABLE_HOST_REGISTER", None), ("FI_MR_CACHE_MONITOR", "memhooks")]
-
-
-def test_site_env_check():
-    assert d.check_site_env({"A": "1"}, {"A": "1"}).status == d.PASS
-    check = d.check_site_env({"A": "1", "B": "x"}, {"A": "2"}, "alps")
-    assert check.status == d.FAIL and "A=2 (want 1)" in check.detail and "B unset" in check.detail
-    assert d.check_site_env(None, {}).status == d.SKIP
-
-
-def test_expected_env_from_site_layouts():
-    assert d.expected_env({"runtime": {"source": "HPE", "env": {"X": "1"}}}) == {"X": "1"}
-    assert d.expected_env({"runtime_env": {"Y": 2}}) == {"Y": 2}
-    assert d.expected_env({"env": {"Z": "z"}}) == {"Z": "z"}
-
-
-# --- the real machine ------------------------------------------------------
-
-
-def test_real_ompi_info_is_not_cuda_aware():
-    """Debian's Open MPI is built without CUDA: the doctor must say so."""
-    mpi = d.identify_mpi(d.run_command, {})
-    assert mpi.kind == "openmpi"
-    check = d.check_openmpi_cuda_aware(mpi, d.run_command, gpu_count=0)
-    assert check.status == d.WARN and "not CUDA-aware" in check.detail
+# --- the CLI on this machine ----------------------------------------------------------
 
 
 def doctor_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([TORCHMPI, "doctor", *args], env=job_env(**env),
-                          capture_output=True, text=True, timeout=120, check=False)
+                          capture_output=True, text=True, timeout=180, check=False)
 
 
-def test_doctor_cli_on_this_machine(tmp_path):
+def test_doctor_cli_on_this_machine():
     """The pip CPU torch has no MPI backend: FAIL with the fix, exit status 1."""
-    site = tmp_path / "mysite.yaml"
-    site.write_text("name: mysite\nfabric: slingshot\n"
-                    "runtime:\n  source: test\n  env:\n    NCCL_CROSS_NIC: 1\n")
-    proc = doctor_cli("--json", "--site", str(site), "--nccl-log",
+    proc = doctor_cli("--json", "--site", "derecho", "--nccl-log",
                       str(LOGS / "socket-fallback-hsn.log"), NCCL_CROSS_NIC="1")
     assert proc.returncode == 1, proc.stderr
     checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
     assert checks["backend.mpi"]["status"] == "FAIL" and checks["backend.mpi"]["fix"]
     assert checks["mpi.implementation"]["detail"].startswith("Open MPI")
     assert "not CUDA-aware" in checks["mpi.cuda_aware"]["detail"]
-    assert checks["gpu"]["status"] == "SKIP"
+    # derecho is a GPU site: FAIL on a host without a GPU, PASS on a lent GPU machine
+    assert checks["gpu"]["status"] == ("PASS" if gpu.probe_torch().gpu_count else "FAIL")
+    assert checks["probe.gloo"]["status"] == "PASS"  # the real one-rank gloo all-reduce
+    assert checks["probe.mpi_cuda"]["status"] == "SKIP"
     assert checks["nccl.network"]["status"] == "FAIL"  # socket fallback on a Slingshot site
-    assert checks["site.env"]["status"] == "PASS"
+    assert checks["site.env"]["status"] == "FAIL"
+    assert "NCCL_CROSS_NIC" not in checks["site.env"]["detail"]  # that one is set
 
 
 def test_doctor_cli_table_and_site_mismatch(tmp_path):
-    site = tmp_path / "plain.yaml"
-    site.write_text("env:\n  FI_CXI_DEFAULT_CQ_SIZE: 131072\n")
-    proc = doctor_cli("--site", str(site), FI_CXI_DEFAULT_CQ_SIZE="1024")
+    site = tmp_path / "mysite.yaml"
+    site.write_text((ROOT / "sites" / "generic-ib.yaml").read_text().replace(
+        "name: generic-ib", "name: mysite"))
+    want = site_env.load_expectation(str(site)).env
+    name, value = next(iter(want.items()))
+    proc = doctor_cli("--site", str(site), "--no-probe", **{name: value + "0"})
     assert proc.returncode == 1
     assert "FAIL  site.env" in proc.stdout
-    assert "FI_CXI_DEFAULT_CQ_SIZE=1024 (want 131072)" in proc.stdout
+    assert f"{name}={value}0 (want {value})" in proc.stdout
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("name: broken\nruntime: [\n", "YAML syntax error"),
+    ("env:\n  FI_CXI_DEFAULT_CQ_SIZE: 131072\n", "unknown key 'env'"),  # the old lenient layout
+])
+def test_doctor_cli_bad_site_is_the_loaders_error(tmp_path, text, words):
+    site = tmp_path / "broken.yaml"
+    site.write_text(text)
+    proc = doctor_cli("--site", str(site), "--no-probe")
+    assert proc.returncode == 2 and words in proc.stderr and str(site) in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_doctor_cli_unknown_site_is_a_user_error():
-    proc = doctor_cli("--site", "no-such-site-anywhere")
-    assert proc.returncode == 2 and "no site file" in proc.stderr
+    proc = doctor_cli("--site", "no-such-site-anywhere", "--no-probe")
+    assert proc.returncode == 2 and "unknown site" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_doctor_cli_unreadable_log_is_a_user_error(tmp_path):
+    proc = doctor_cli("--nccl-log", str(tmp_path / "missing.log"), "--no-probe")
+    assert proc.returncode == 2 and "--nccl-log" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_doctor_help_has_description_example_and_defaults():
+    out = doctor_cli("--help").stdout
+    out = " ".join(out.split())  # argparse wraps to the terminal width
+    assert "one-rank all-reduce" in out and "examples:" in out
+    assert out.count("(default") >= 4
 
 
 def test_compute_node_verbs_work_without_site_tooling_modules():
-    """py-torch-mpi installs the wrapper without jsonschema/jinja2/archspec."""
+    """py-torch-mpi installs the wrapper without jsonschema/jinja2/archspec/Spack."""
     code = (
         "import sys\n"
-        "for m in ('jsonschema', 'jinja2', 'archspec', 'archspec.cpu'): sys.modules[m] = None\n"
+        "for m in ('jsonschema', 'jinja2', 'archspec', 'archspec.cpu', 'spack'):\n"
+        "    sys.modules[m] = None\n"
         "from torchmpi.cli import main\n"
-        "sys.exit(main(['doctor', '--json']))\n"
+        "sys.exit(main(['doctor', '--json', '--site', 'derecho']))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True,
-                          text=True, timeout=120, check=False)
+                          text=True, timeout=180, check=False)
     assert proc.returncode == 1, proc.stderr  # FAIL: the pip torch has no MPI backend
-    assert json.loads(proc.stdout)["checks"][0]["name"] == "torch"
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert checks["torch"]["status"] == "PASS"
+    assert checks["site.env"]["status"] == "SKIP"
+    assert "jsonschema" in checks["site.env"]["detail"]
+
+
+# --- docs/troubleshooting.md quotes the code ---------------------------------------------
+
+
+def _plugin(version: str, *libs: str, **env: str):
+    lib_dir = f"/sw/aws-ofi-nccl-{version}-x/lib"
+    env = {"LD_LIBRARY_PATH": lib_dir, **env}
+    return env, nccl.find_plugin(env, isfile={f"{lib_dir}/{n}" for n in libs}.__contains__)
+
+
+def _log(name: str) -> str:
+    return (LOGS / name).read_text()
+
+
+def failure_catalogue() -> list:
+    """One check per documented message: the FAIL (and WARN) paths of every check."""
+    ompi_false = "mca:mpi:base:param:mpi_built_with_cuda_support:value:false"
+    cray = mpi.MpiInfo("cray-mpich")
+    site = site_env.SiteExpectation("perlmutter", {}, {"FI_CXI_DEFAULT_CQ_SIZE": "131072",
+                                                       "NCCL_CROSS_NIC": "1"})
+    alt_read = {"FI_CXI_RDZV_PROTO": "alt_read", "SLURM_JOB_ID": "1"}
+    cpu = gpu.TorchInfo(version="x", cuda_build="12.8")
+    return [
+        gpu.check_torch(gpu.TorchInfo(
+            import_error="ImportError: libcudart.so.12: cannot open shared object file")),
+        gpu.check_backend_mpi(gpu.TorchInfo(version="x")),
+        gpu.check_backend_nccl(gpu.TorchInfo(version="x", gpu_count=4)),
+        gpu.check_backend_nccl(gpu.TorchInfo(version="x", cuda_build="12.8", gpu_count=4)),
+        gpu.check_backend_gloo(gpu.TorchInfo(version="x", distributed=False)),
+        gpu.check_backend_gloo(gpu.TorchInfo(version="x", mpi=True)),
+        gpu.check_gpu(cpu, gpu.DriverInfo(), True),
+        gpu.check_gpu(cpu, gpu.DriverInfo(4, "12.8", True), True),
+        gpu.check_gpu(cpu, gpu.DriverInfo(4, "12.2", True), True),
+        mpi.check_mpi_implementation(mpi.MpiInfo(None)),
+        mpi.check_openmpi_cuda_aware(mpi.MpiInfo("openmpi"),
+                                     lambda _a, **_k: CommandResult(0, ompi_false), 4),
+        mpi.check_cray_gpu_support(cray, {"MPICH_GPU_SUPPORT_ENABLED": "1"}, ""),
+        mpi.check_cray_gpu_support(cray, {}, "libmpi_gtl_cuda.so"),
+        mpi.check_cray_gpu_support(cray, {"MPICH_GPU_SUPPORT_ENABLED": "yes"},
+                                   "libmpi_gtl_cuda.so"),
+        probe.judge("probe.mpi_cuda", CommandResult(1, (
+            "RuntimeError: CUDA tensor detected and the MPI used doesn't have CUDA-aware "
+            "MPI support"))),
+        probe.judge("probe.mpi_cuda", CommandResult(1, (
+            "MPIDI_CRAY_init: GPU_SUPPORT_ENABLED is requested, but GTL library is not "
+            "linked"))),
+        probe.judge("probe.mpi", CommandResult(124, "")),
+        probe.judge("probe.nccl", CommandResult(1, (
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+            "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version "
+            "2.27.7"))),
+        probe.judge("probe.gloo", CommandResult(1, (
+            "AssertionError: wrong all-reduce result [3.0, 0.0, 3.0, 3.0]"))),
+        nccl.check_nccl_plugin(*_plugin("1.6.0", "libnccl-net.so", NCCL_NET="AWS Libfabric",
+                                        NCCL_NET_PLUGIN="ofi"), True, 2),
+        nccl.check_nccl_plugin(*_plugin("1.6.0", "libnccl-net.so", NCCL_NET="OFI"), True, 2),
+        nccl.check_nccl_plugin(*_plugin("1.16.0", "libnccl-net.so",
+                                        NCCL_NET="AWS Libfabric"), True, 2),
+        nccl.check_nccl_plugin(*_plugin("1.19.0", NCCL_NET="AWS Libfabric"), True, 2),
+        nccl.check_nccl_plugin(*_plugin("1.19.0"), True, 2),
+        nccl.check_nccl_plugin(*_plugin("1.19.0", "libnccl-net.so",
+                                        NCCL_NET="AWS Libfabric"), True, 1),
+        nccl.check_socket_ifname({"NCCL_SOCKET_IFNAME": "eth7"}, ["lo", "hsn0"]),
+        nccl.check_nccl_network(_log("socket-fallback-hsn.log"), True, 2),
+        nccl.check_nccl_network(_log("plugin-clash.log"), True, 2),
+        nccl.check_nccl_network(_log("unhandled-system-error.log"), True, 2),
+        nccl.check_nccl_interfaces(_log("docker0.log"), 2),
+        nccl.check_nccl_interfaces(_log("plugin-bootstrap-virbr0.log"), 2),
+        nccl.check_nccl_interfaces(_log("loopback.log"), 2),
+        site_env.check_site_env(site, {"FI_CXI_DEFAULT_CQ_SIZE": "1024"}),
+        site_env.check_launcher_flags({**alt_read, "SLURM_NETWORK": "single"}),
+        site_env.check_launcher_flags(alt_read),
+    ]
+
+
+@pytest.mark.parametrize("check", failure_catalogue(), ids=lambda c: f"{c.name}-{c.status}")
+def test_troubleshooting_quotes_each_failure_and_its_fix(check):
+    text = (ROOT / "docs" / "troubleshooting.md").read_text()
+    assert check.status in ("FAIL", "WARN")
+    assert f"`{check.status} {check.name}  {check.detail}`" in text
+    assert f"`{check.fix}`" in text
+
+
+def test_every_check_has_a_failure_in_the_catalogue():
+    """Every check the report prints can FAIL, and that FAIL is documented."""
+    failing = {c.name for c in failure_catalogue() if c.status == "FAIL"}
+    reported = {c.name for c in doctor.run_checks(cray_inputs())}
+    assert reported <= failing, reported - failing

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -55,11 +57,17 @@ def explain(error: BaseException | str) -> str | None:
 
 
 def parse_size(text: str) -> int:
-    """``"8"``, ``"64K"``, ``"1M"``, ``"1GiB"`` -> bytes (binary units, like nccl-tests)."""
-    match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:I?B)?\s*", text.upper())
+    """``"8"``, ``"64K"``, ``"1M"``, ``"1GiB"`` -> bytes (binary units, like nccl-tests).
+
+    Zero and negative sizes are refused: an all-reduce of nothing measures nothing.
+    """
+    match = re.fullmatch(r"\s*(-?\d+)\s*([KMG]?)(?:I?B)?\s*", text.upper())
     if not match:
         raise ValueError(f"not a size: {text!r} (use e.g. 8, 64K, 1M, 1G)")
-    return int(match.group(1)) * _UNITS[match.group(2)]
+    size = int(match.group(1)) * _UNITS[match.group(2)]
+    if size <= 0:
+        raise ValueError(f"size {text.strip()!r} is not positive (the smallest is 1 byte)")
+    return size
 
 
 def size_series(min_bytes: int, max_bytes: int, factor: int = 2) -> list[int]:
@@ -106,9 +114,45 @@ def expected_sum(count: int, world_size: int, torch_module, dtype, device):
     return (position * (world_size * (world_size + 1) // 2)).to(dtype)
 
 
+#: How one time is made from every rank's, as nccl-tests' ``-a`` (default: average).
+TIME_OPS = ("avg", "max", "min", "rank0")
+
+
+def combine_times(times: list[float], how: str) -> float:
+    """One figure from each rank's mean iteration time, the way ``how`` says."""
+    if how == "avg":
+        return sum(times) / len(times)
+    if how == "max":
+        return max(times)
+    if how == "min":
+        return min(times)
+    if how == "rank0":
+        return times[0]
+    raise ValueError(f"unknown time operation {how!r} (use {', '.join(TIME_OPS)})")
+
+
+def _reduce_time(seconds: float, how: str, world: int, device: str) -> float:
+    """Combine this rank's time with the others' (collective: every rank calls it)."""
+    import torch
+    import torch.distributed as dist
+
+    value = torch.tensor([seconds], dtype=torch.float64, device=device)
+    if how == "rank0":
+        dist.broadcast(value, src=0)
+        return float(value.item())
+    op = {"avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[how]
+    dist.all_reduce(value, op=op)
+    return float(value.item()) / (world if how == "avg" else 1)
+
+
 def run_sizes(sizes: list[int], *, device: str, dtype_name: str = "float32",
-              warmup: int = 5, iters: int = 20) -> list[Result]:
-    """Verify and time ``all_reduce`` for each size on the initialised default group."""
+              warmup: int = 5, iters: int = 20, time_op: str = "avg",
+              on_result: Callable[[Result], None] | None = None) -> list[Result]:
+    """Verify and time ``all_reduce`` for each size on the initialised default group.
+
+    ``on_result`` is called as each size completes (nccl-tests prints a row at a
+    time, so a hang shows which size it hit).
+    """
     import torch
     import torch.distributed as dist
 
@@ -137,38 +181,89 @@ def run_sizes(sizes: list[int], *, device: str, dtype_name: str = "float32",
         for _ in range(iters):
             dist.all_reduce(buf)
         sync()
-        elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64,
-                               device=device)
-        # The slowest rank defines the collective's time.
-        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-        seconds = float(elapsed.item())
+        seconds = _reduce_time((time.perf_counter() - start) / iters, time_op, world, device)
         algbw = nbytes / seconds / 1e9 if seconds > 0 else 0.0
-        results.append(Result(nbytes, count, dtype_name, seconds * 1e6, algbw,
-                              bus_bandwidth(algbw, world), int(wrong.item())))
+        result = Result(nbytes, count, dtype_name, seconds * 1e6, algbw,
+                        bus_bandwidth(algbw, world), int(wrong.item()))
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
     return results
 
 
-def format_table(results: list[Result], world_size: int, backend: str, device: str,
-                 launcher: str = "") -> str:
-    """A table laid out like nccl-tests' all_reduce_perf output."""
+def rank_map(launcher: str, device: str) -> list[dict]:
+    """Every rank's host and device, gathered on all ranks (collective)."""
+    import socket
+
+    import torch
+    import torch.distributed as dist
+
+    mine = {"rank": dist.get_rank(), "host": socket.gethostname(),
+            "device": f"cuda:{torch.cuda.current_device()}" if device == "cuda" else "cpu"}
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    return everyone
+
+
+def format_header(world_size: int, backend: str, device: str, launcher: str, *,
+                  warmup: int, iters: int, time_op: str, ranks: list[dict]) -> str:
+    """nccl-tests' preamble: the run's parameters, then one line per rank, then the columns."""
     launched = f" launcher={launcher}" if launcher else ""
     lines = [
         f"# torchmpi allreduce: backend={backend} device={device} ranks={world_size}{launched}",
-        (f"#{'size':>12} {'count':>12} {'type':>8} {'redop':>6} {'time(us)':>10} "
-        f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'check':>6}"),
+        f"# warmup iters: {warmup}, timed iters: {iters}, time: {time_op} over ranks",
     ]
-    for r in results:
-        lines.append(
-            f" {r.bytes:>12} {r.count:>12} {r.dtype:>8} {'sum':>6} {r.time_us:>10.2f} "
-            f"{r.algbw_gbs:>12.3f} {r.busbw_gbs:>12.3f} "
-            f"{'OK' if r.errors == 0 else 'FAIL':>6}"
-        )
+    lines += [f"#  Rank {r['rank']:>3} on {r['host']} device {r['device']}" for r in ranks]
+    if world_size == 1:
+        lines.append("# WARNING: one rank: nothing crosses a link, busbw is 0 "
+                     "(run with 2 or more ranks to measure the network)")
+    lines.append(
+        f"#{'size':>12} {'count':>12} {'type':>8} {'redop':>6} {'time(us)':>10} "
+        f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'check':>6}")
+    return "\n".join(lines)
+
+
+def format_row(r: Result) -> str:
+    return (f" {r.bytes:>12} {r.count:>12} {r.dtype:>8} {'sum':>6} {r.time_us:>10.2f} "
+            f"{r.algbw_gbs:>12.3f} {r.busbw_gbs:>12.3f} {'OK' if r.errors == 0 else 'FAIL':>6}")
+
+
+def average_busbw(results: list[Result]) -> float:
+    """nccl-tests' closing figure: the mean bus bandwidth over all sizes."""
+    return sum(r.busbw_gbs for r in results) / len(results) if results else 0.0
+
+
+def format_footer(results: list[Result]) -> str:
     bad = sum(1 for r in results if r.errors)
+    lines = []
     if results:
         peak = max(results, key=lambda r: r.busbw_gbs)
         lines.append(f"# peak busbw {peak.busbw_gbs:.3f} GB/s at {peak.bytes} bytes")
     lines.append(f"# correctness: {'FAILED for ' + str(bad) + ' size(s)' if bad else 'OK'}")
+    lines.append(f"# Avg bus bandwidth    : {average_busbw(results):.3f}")
     return "\n".join(lines)
+
+
+def format_table(results: list[Result], world_size: int, backend: str, device: str,
+                 launcher: str = "", *, warmup: int = 0, iters: int = 0, time_op: str = "avg",
+                 ranks: list[dict] | None = None) -> str:
+    """The whole report at once (header, rows, footer), as :func:`run_sizes` streams it."""
+    header = format_header(world_size, backend, device, launcher, warmup=warmup, iters=iters,
+                           time_op=time_op, ranks=ranks or [])
+    return "\n".join([header, *map(format_row, results), format_footer(results)])
+
+
+def check_writable(path: Path) -> None:
+    """Raise ValueError unless ``path`` can be written -- checked before the run, not after."""
+    if path.is_dir():
+        raise ValueError(f"{path}: is a directory")
+    parent = path.parent
+    if not parent.is_dir():
+        raise ValueError(f"{path}: directory {parent} does not exist")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"{path}: not writable")
+    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{path}: cannot create a file in {parent}")
 
 
 def write_csv(path: Path, results: list[Result], meta: dict) -> None:
@@ -180,6 +275,8 @@ def write_csv(path: Path, results: list[Result], meta: dict) -> None:
             writer.writerow({**meta, **asdict(r)})
 
 
-def write_json(path: Path, results: list[Result], meta: dict) -> None:
-    path.write_text(json.dumps({**meta, "results": [asdict(r) for r in results]}, indent=2)
-                    + "\n")
+def to_json(results: list[Result], meta: dict) -> str:
+    """The machine-readable report (``--json`` prints it on stdout)."""
+    bad = sum(1 for r in results if r.errors)
+    return json.dumps({**meta, "results": [asdict(r) for r in results],
+                       "avg_busbw_gbs": average_busbw(results), "ok": bad == 0}, indent=2)

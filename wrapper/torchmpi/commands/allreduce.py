@@ -4,38 +4,60 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 from torchmpi.errors import UserError
 
 DEFAULT_MAX = "128M"
+EXAMPLES = """\
+examples:
+  mpirun -n 2 torchmpi allreduce --backend gloo                 # CPU, any machine
+  srun -N 2 --ntasks-per-node 4 torchmpi allreduce --backend nccl --max-bytes 1G
+  mpiexec -n 8 --ppn 4 torchmpi allreduce --backend mpi --device cuda --csv ar.csv
+"""
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "allreduce",
         help="check all-reduce results on every rank and print bus bandwidth",
-        description=(
+        description=textwrap.fill(
             "Run under mpiexec/mpirun, srun or torchrun.  Verifies the all-reduce result "
-            "on every rank, then times it and prints algbw/busbw per size as nccl-tests "
-            "does (busbw = algbw * 2(n-1)/n).  Exit status 1 if any result is wrong."
+            "on every rank, then times it and prints a row per size as it completes, as "
+            "nccl-tests does: time averaged over ranks, algbw = bytes/time, "
+            "busbw = algbw * 2(n-1)/n, and a closing 'Avg bus bandwidth' line.  Exit "
+            "status 1 if any result is wrong, 2 on bad input."
         ),
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--backend", choices=("mpi", "nccl", "gloo"), default="gloo")
+    parser.add_argument("--backend", choices=("mpi", "nccl", "gloo"), default="gloo",
+                        help="torch.distributed backend (default: gloo)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="tensor device (default: cuda for nccl, else cpu)")
-    parser.add_argument("--min-bytes", "-b", default="8", help="smallest size (default 8)")
+    parser.add_argument("--min-bytes", "-b", default="8", help="smallest size (default: 8)")
     parser.add_argument("--max-bytes", "-e", default=DEFAULT_MAX,
-                        help=f"largest size, up to e.g. 1G (default {DEFAULT_MAX})")
+                        help=f"largest size, up to e.g. 1G (default: {DEFAULT_MAX})")
     parser.add_argument("--factor", "-f", type=int, default=2,
-                        help="multiply the size by this between steps (default 2)")
-    parser.add_argument("--sizes", help="explicit comma-separated sizes, e.g. 8,1K,1M "
-                                        "(overrides --min/--max-bytes)")
-    parser.add_argument("--dtype", choices=("float32", "float64", "int32"), default="float32")
-    parser.add_argument("--warmup", "-w", type=int, default=5, help="untimed iterations")
-    parser.add_argument("--iters", "-n", type=int, default=20, help="timed iterations")
-    parser.add_argument("--csv", type=Path, help="also write the results as CSV (rank 0)")
-    parser.add_argument("--json", type=Path, help="also write the results as JSON (rank 0)")
+                        help="multiply the size by this between steps (default: 2)")
+    parser.add_argument("--sizes", default=None,
+                        help="explicit comma-separated sizes, e.g. 8,1K,1M; overrides "
+                             "--min/--max-bytes (default: none)")
+    parser.add_argument("--dtype", choices=("float32", "float64", "int32"), default="float32",
+                        help="element type (default: float32)")
+    parser.add_argument("--warmup", "-w", type=int, default=5,
+                        help="untimed iterations per size (default: 5)")
+    parser.add_argument("--iters", "-n", type=int, default=20,
+                        help="timed iterations per size (default: 20)")
+    parser.add_argument("--average", "-a", choices=("avg", "max", "min", "rank0"),
+                        default="avg",
+                        help="how ranks' times combine, as nccl-tests' -a (default: avg)")
+    parser.add_argument("--csv", type=Path, metavar="FILE", default=None,
+                        help="also write the results as CSV, from rank 0 (default: none)")
+    parser.add_argument("--json", action="store_true", default=False,
+                        help="machine-readable JSON on stdout instead of the table "
+                             "(default: table)")
     parser.set_defaults(func=run)
 
 
@@ -43,20 +65,38 @@ def sizes_from_args(args: argparse.Namespace) -> list[int]:
     from torchmpi.allreduce import parse_size, size_series
 
     try:
-        if args.sizes:
-            return [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+        if args.sizes is not None:
+            sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+            if not sizes:
+                raise ValueError(f"--sizes {args.sizes!r} names no size")
+            return sizes
         return size_series(parse_size(args.min_bytes), parse_size(args.max_bytes), args.factor)
     except ValueError as err:
         raise UserError(str(err)) from err
+
+
+def check_args(args: argparse.Namespace) -> list[int]:
+    """Every input problem, before any rank joins the job (so none waits for a dead peer)."""
+    from torchmpi.allreduce import check_writable
+
+    sizes = sizes_from_args(args)
+    if args.iters < 1:
+        raise UserError(f"--iters {args.iters}: must be at least 1")
+    if args.warmup < 0:
+        raise UserError(f"--warmup {args.warmup}: must be 0 or more")
+    if args.csv is not None:
+        try:
+            check_writable(args.csv)
+        except ValueError as err:
+            raise UserError(f"--csv {err}") from None
+    return sizes
 
 
 def run(args: argparse.Namespace) -> int:
     from torchmpi import allreduce as ar
     from torchmpi.dist import LaunchError, init_distributed
 
-    sizes = sizes_from_args(args)
-    if args.iters < 1 or args.warmup < 0:
-        raise UserError("--iters must be >= 1 and --warmup >= 0")
+    sizes = check_args(args)
     device = args.device or ("cuda" if args.backend == "nccl" else "cpu")
     import torch.distributed as dist
 
@@ -65,22 +105,44 @@ def run(args: argparse.Namespace) -> int:
             launch = init_distributed(args.backend, device=device)
         except LaunchError as err:
             raise UserError(str(err)) from err
+        world = dist.get_world_size()
+        ranks = ar.rank_map(launch.launcher, device)
+        lead = launch.rank == 0
+        if lead and not args.json:
+            print(ar.format_header(world, args.backend, device, launch.launcher,
+                                   warmup=args.warmup, iters=args.iters,
+                                   time_op=args.average, ranks=ranks), flush=True)
+
+        def show(result: ar.Result) -> None:
+            if lead and not args.json:
+                print(ar.format_row(result), flush=True)
+
         results = ar.run_sizes(sizes, device=device, dtype_name=args.dtype,
-                               warmup=args.warmup, iters=args.iters)
+                               warmup=args.warmup, iters=args.iters, time_op=args.average,
+                               on_result=show)
     except (RuntimeError, ValueError) as err:
         hint = ar.explain(err)
         if hint is None:
             raise
         print(f"torchmpi allreduce: error: {hint}", file=sys.stderr)
         return 1
-    world = dist.get_world_size()
-    if launch.rank == 0:
-        print(ar.format_table(results, world, args.backend, device, launch.launcher), flush=True)
+    if lead:
         meta = {"backend": args.backend, "device": device, "ranks": world,
-                "launcher": launch.launcher}
-        if args.csv:
-            ar.write_csv(args.csv, results, meta)
+                "launcher": launch.launcher, "warmup": args.warmup, "iters": args.iters,
+                "average": args.average}
         if args.json:
-            ar.write_json(args.json, results, meta)
+            print(ar.to_json(results, {**meta, "rank_map": ranks}), flush=True)
+        else:
+            print(ar.format_footer(results), flush=True)
+        if args.csv:
+            try:
+                ar.write_csv(args.csv, results, meta)
+            except OSError as err:  # checked before the run; the disk may still fill up
+                raise UserError(f"--csv {args.csv}: cannot write: {err.strerror}") from None
     dist.destroy_process_group()
-    return 1 if any(r.errors for r in results) else 0
+    failed = any(r.errors for r in results)
+    if failed and lead:
+        bad = ", ".join(str(r.bytes) for r in results if r.errors)
+        print(f"torchmpi allreduce: FAIL: wrong all-reduce result at size(s) {bad} bytes",
+              file=sys.stderr)
+    return 1 if failed else 0

@@ -1,0 +1,107 @@
+"""torchmpi doctor --site: the project's loader, runtime.environment, launcher-bound flags."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mpi_launch import job_env
+from torchmpi import runtime
+from torchmpi import site as site_files
+from torchmpi.doctor import site_env
+from torchmpi.doctor.core import FAIL, PASS, SKIP, WARN
+from torchmpi.errors import UserError
+
+
+def expectation(env: dict[str, str], name: str = "alps") -> site_env.SiteExpectation:
+    return site_env.SiteExpectation(name, {}, env)
+
+
+def test_compare_env_reports_missing_and_different():
+    expected = {"NCCL_CROSS_NIC": 1, "FI_CXI_DISABLE_HOST_REGISTER": "1",
+                "FI_MR_CACHE_MONITOR": "userfaultfd"}
+    actual = {"NCCL_CROSS_NIC": "1", "FI_MR_CACHE_MONITOR": "memhooks"}
+    diffs = site_env.compare_env(expected, actual)
+    assert [(x.name, x.actual) for x in diffs] == [
+        ("FI_CXI_DISABLE_HOST_REGISTER", None), ("FI_MR_CACHE_MONITOR", "memhooks")]
+
+
+def test_site_env_check():
+    assert site_env.check_site_env(expectation({"A": "1"}), {"A": "1"}).status == PASS
+    check = site_env.check_site_env(expectation({"A": "1", "B": "x"}), {"A": "2"})
+    assert check.status == FAIL and "A=2 (want 1)" in check.detail and "B unset" in check.detail
+    assert site_env.check_site_env(None, {}).status == SKIP
+
+
+def test_single_node_job_may_leave_nccl_net_unset():
+    """HPE: do not set NCCL_NET on single-node runs, so its absence there is no difference."""
+    site = expectation({"NCCL_NET": "AWS Libfabric", "NCCL_CROSS_NIC": "1"})
+    actual = {"NCCL_CROSS_NIC": "1"}
+    assert site_env.check_site_env(site, actual, nodes=2).status == FAIL
+    check = site_env.check_site_env(site, actual, nodes=1)
+    assert check.status == PASS and "single-node" in check.detail
+
+
+def test_expected_variables_are_runtime_environment_of_the_loaded_site():
+    """One loader, one function: the doctor expects exactly what runtime.sh sets."""
+    loaded = site_env.load_expectation("derecho")
+    reference = site_files.load("derecho")
+    assert loaded.env == runtime.environment(reference.data)
+    assert loaded.env["MPICH_GPU_SUPPORT_ENABLED"] == "1"
+
+
+def test_bad_site_file_is_the_loaders_user_error(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nruntime: [\n")
+    with pytest.raises(UserError, match=r"bad\.yaml:\d+"):
+        site_env.load_expectation(str(bad))
+
+
+def test_site_without_jsonschema_is_reported_not_raised():
+    """A compute node with only py-torch-mpi has no jsonschema: --site is a SKIP, not a crash."""
+    code = (
+        "import sys\n"
+        "sys.modules['jsonschema'] = None\n"
+        "from torchmpi.doctor import site_env\n"
+        "got = site_env.load_expectation('derecho')\n"
+        "print(site_env.check_site_env(got, {}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "status='SKIP'" in proc.stdout and "pip install jsonschema" in proc.stdout
+
+
+# --- launcher-bound settings ---------------------------------------------------------------
+
+ALT_READ = {"FI_CXI_RDZV_PROTO": "alt_read"}
+
+
+@pytest.mark.parametrize(("env", "status", "words"), [
+    ({}, PASS, "no setting"),
+    (ALT_READ, SKIP, "not inside a Slurm or PBS job"),
+    ({**ALT_READ, "SLURM_JOB_ID": "7", "SLURM_NETWORK": "disable_rdzv_get"}, PASS,
+     "--network=disable_rdzv_get"),
+    ({**ALT_READ, "SLURM_JOB_ID": "7", "SLURM_NETWORK": "single,disable_rdzv_get"}, PASS, ""),
+    ({**ALT_READ, "SLURM_JOB_ID": "7", "SLURM_NETWORK": "single"}, FAIL, "SLURM_NETWORK=single"),
+    ({**ALT_READ, "SLURM_JOB_ID": "7"}, WARN, "SLURM_NETWORK is unset"),
+    ({**ALT_READ, "PBS_JOBID": "12.desched1"}, WARN, "--disable-rdzv-get"),
+    ({"FI_CXI_RDZV_PROTO": "default", "SLURM_JOB_ID": "7"}, PASS, "no setting"),
+])
+def test_launcher_flags(env, status, words):
+    check = site_env.check_launcher_flags(env)
+    assert check.status == status and words in check.detail, check
+
+
+def test_every_rule_cites_its_source():
+    for rule in site_env.LAUNCHER_RULES:
+        assert "HPE" in rule.source and rule.slurm_flag.startswith("srun --network=")
+
+
+def test_users_job_examples_show_each_launcher_flag():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "users.md").read_text()
+    for rule in site_env.LAUNCHER_RULES:
+        assert rule.slurm_flag.split()[-1] in text and rule.pbs_flag in text
+        assert f"SLURM_NETWORK={rule.slurm_value}" in text

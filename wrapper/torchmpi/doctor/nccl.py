@@ -1,0 +1,322 @@
+"""NCCL's network: the aws-ofi-nccl plugin by version, and the interfaces NCCL picks.
+
+Only combinations known to fail are FAIL, each with its source; what is merely
+untested is a WARN.  Plugin facts (also in the aws-ofi-nccl recipe,
+docs/design.md and tests/fixtures/aws_ofi_nccl_net_names.json):
+
+* through 1.12.x the plugin registers only as "AWS Libfabric"; from v1.13.0-aws
+  (aws/aws-ofi-nccl PR #530) it registers as "Libfabric" and renames itself to
+  "AWS Libfabric" or "OFI" when ``NCCL_NET`` asks;
+* from 1.15.0 it also ships ``libnccl-net-ofi.so`` and documents
+  ``NCCL_NET_PLUGIN=ofi``, so ``NCCL_NET_PLUGIN`` with ``NCCL_NET`` is fine
+  whenever the named library exists;
+* 1.14.0-1.17.1 have a shutdown-ordering bug on Slingshot (v1.17.2
+  RELEASENOTES.md: "Fixed shutdown ordering issue on NICs that require
+  per-endpoint memory registration (Cray Slingshot)").
+
+HPE (HewlettPackard/shs-ccl-docs ``ccl_env.sh``@b150230): do not set
+``NCCL_NET`` on single-node Slurm runs -- it forces the network transport
+between ranks of one node (VNI allocation, lower performance).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from torchmpi.doctor.core import FAIL, PASS, SKIP, WARN, Check, version_tuple
+
+#: (first release, names it answers to as NCCL_NET).  A range runs to the next entry.
+PLUGIN_NET_NAMES: tuple[tuple[tuple[int, ...], tuple[str, ...]], ...] = (
+    ((0,), ("AWS Libfabric",)),
+    ((1, 13, 0), ("Libfabric", "AWS Libfabric", "OFI")),
+)
+#: First release that ships libnccl-net-ofi.so (NCCL_NET_PLUGIN=ofi).
+PLUGIN_OFI_LIBRARY = (1, 15, 0)
+#: [first, last] releases with the Slingshot shutdown-ordering bug.
+SLINGSHOT_BAD_PLUGINS = ((1, 14, 0), (1, 17, 1))
+_PLUGIN_NAMES = {name for _, names in PLUGIN_NET_NAMES for name in names}
+#: Where dlopen looks after LD_LIBRARY_PATH (ld.so(8)), for plugin libraries.
+_SYSTEM_LIB_DIRS = ("/lib64", "/usr/lib64", "/lib", "/usr/lib", "/usr/lib/x86_64-linux-gnu",
+                    "/usr/lib/aarch64-linux-gnu")
+
+
+def accepted_net_names(version: tuple[int, ...]) -> tuple[str, ...]:
+    """The ``NCCL_NET`` values plugin release ``version`` answers to."""
+    names: tuple[str, ...] = ()
+    for first, accepted in PLUGIN_NET_NAMES:
+        if version >= first:
+            names = accepted
+    return names
+
+
+def _fmt(version: tuple[int, ...]) -> str:
+    return ".".join(map(str, version))
+
+
+@dataclass
+class PluginInfo:
+    """The NCCL net plugin libraries this job would load, and the plugin's release."""
+
+    libraries: dict[str, str] = field(default_factory=dict)  # file name -> path
+    version: tuple[int, ...] | None = None
+    version_source: str = ""
+
+
+def find_plugin(env: Mapping[str, str], log_text: str | None = None,
+                isfile: Callable[[str], bool] = os.path.isfile) -> PluginInfo:
+    """Look for ``libnccl-net*.so`` where dlopen would, and for the plugin's version."""
+    info = PluginInfo()
+    dirs = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d] + list(_SYSTEM_LIB_DIRS)
+    wanted = ["libnccl-net.so", "libnccl-net-ofi.so"]
+    plugin = env.get("NCCL_NET_PLUGIN", "").strip()
+    if plugin:
+        wanted += [plugin, f"libnccl-net-{plugin}.so"]
+    for name in dict.fromkeys(wanted):
+        if "/" in name:
+            if isfile(name):
+                info.libraries[os.path.basename(name)] = name
+            continue
+        for d in dirs:
+            if isfile(os.path.join(d, name)):
+                info.libraries.setdefault(name, os.path.join(d, name))
+                break
+    for path in info.libraries.values():
+        match = re.search(r"aws-ofi-nccl[-_@/]v?(\d+\.\d+\.\d+)", path)
+        if match:
+            info.version, info.version_source = version_tuple(match.group(1)), path
+            break
+    if info.version is None and log_text:
+        match = re.search(r"Initializing aws-ofi-nccl v?(\d+\.\d+\.\d+)", log_text)
+        if match:
+            info.version, info.version_source = version_tuple(match.group(1)), "NCCL log"
+    return info
+
+
+def check_nccl_plugin(env: Mapping[str, str], plugin: PluginInfo, slingshot: bool,
+                      nodes: int | None, has_nccl: bool = True) -> Check:
+    """NCCL_NET / NCCL_NET_PLUGIN against the plugin actually installed, by its version."""
+    name = "nccl.plugin"
+    if not has_nccl:
+        return Check(name, SKIP, "no NCCL backend")
+    net, wanted = env.get("NCCL_NET", "").strip(), env.get("NCCL_NET_PLUGIN", "").strip()
+    version = plugin.version
+    shown = f"aws-ofi-nccl {_fmt(version)}" if version else "aws-ofi-nccl (version unknown)"
+    if wanted:
+        lib = f"libnccl-net-{wanted}.so"
+        if not (plugin.libraries.get(lib) or plugin.libraries.get(os.path.basename(wanted))):
+            since = (f"; plugin {_fmt(version)} predates libnccl-net-ofi.so (from "
+                     f"{_fmt(PLUGIN_OFI_LIBRARY)})"
+                     if wanted == "ofi" and version and version < PLUGIN_OFI_LIBRARY else "")
+            return Check(name, FAIL,
+                         f"NCCL_NET_PLUGIN={wanted} but no {lib} on LD_LIBRARY_PATH: NCCL logs "
+                         f"'NET/Plugin: Could not find: {wanted} {lib}'{since}",
+                         "unset NCCL_NET_PLUGIN (NCCL then loads libnccl-net.so) or load "
+                         "aws-ofi-nccl >= 1.15")
+    if version and slingshot and SLINGSHOT_BAD_PLUGINS[0] <= version <= SLINGSHOT_BAD_PLUGINS[1]:
+        return Check(name, FAIL,
+                     f"{shown} has the shutdown-ordering bug on Slingshot fixed in 1.17.2 "
+                     "(aws-ofi-nccl v1.17.2 RELEASENOTES.md)",
+                     "use aws-ofi-nccl 1.17.2 or later (the site's nccl-ss11 pairs)")
+    if net in _PLUGIN_NAMES:
+        if not plugin.libraries:
+            return Check(name, FAIL,
+                         f"NCCL_NET={net} but no libnccl-net.so on LD_LIBRARY_PATH: NCCL stops "
+                         f"with 'Error: network {net} not found'",
+                         "load the site's aws-ofi-nccl (its lib dir on LD_LIBRARY_PATH)")
+        if version and net not in accepted_net_names(version):
+            return Check(name, FAIL,
+                         f"NCCL_NET={net}, but {shown} registers only as "
+                         f"{', '.join(accepted_net_names(version))}: 'network {net} not found'",
+                         "export NCCL_NET='AWS Libfabric' (every plugin release answers to it)")
+        if nodes == 1:
+            return Check(name, WARN,
+                         f"NCCL_NET={net} on a single-node job: HPE says not to set it there "
+                         "(forces the network transport, lower performance)",
+                         "unset NCCL_NET for single-node runs")
+        if version is None and net != "AWS Libfabric":
+            return Check(name, WARN,
+                         f"NCCL_NET={net} is only known from aws-ofi-nccl 1.13.0; the plugin's "
+                         "version could not be read",
+                         "export NCCL_NET='AWS Libfabric' (every plugin release answers to it)")
+    if slingshot and not plugin.libraries:
+        status = WARN if nodes == 1 else FAIL
+        return Check(name, status,
+                     "no aws-ofi-nccl plugin (libnccl-net.so) on LD_LIBRARY_PATH: NCCL uses "
+                     "TCP sockets between nodes on Slingshot",
+                     "load the site's aws-ofi-nccl (module load py-torch-mpi loads it)")
+    libs = ", ".join(sorted(plugin.libraries)) or "no net plugin"
+    return Check(name, PASS, f"NCCL_NET={net or '(unset)'}, "
+                             f"NCCL_NET_PLUGIN={wanted or '(unset)'}; {libs}"
+                             + (f" ({shown})" if plugin.libraries else ""))
+
+
+# --- interfaces --------------------------------------------------------------
+
+
+def parse_ifname(spec: str) -> tuple[bool, bool, list[str]]:
+    """``NCCL_SOCKET_IFNAME`` -> (exclude, exact, names); ``^`` excludes, ``=`` is exact."""
+    spec = spec.strip()
+    exclude = spec.startswith("^")
+    spec = spec.lstrip("^")
+    exact = spec.startswith("=")
+    spec = spec.lstrip("=")
+    return exclude, exact, [n.strip() for n in spec.split(",") if n.strip()]
+
+
+def _matches(iface: str, names: list[str], exact: bool) -> bool:
+    return any(iface == n if exact else iface.startswith(n) for n in names)
+
+
+def check_socket_ifname(env: Mapping[str, str], interfaces: list[str]) -> Check:
+    """A NCCL_SOCKET_IFNAME that selects no interface gives 'unhandled system error'."""
+    name = "nccl.socket_ifname"
+    spec = env.get("NCCL_SOCKET_IFNAME")
+    if not spec:
+        return Check(name, PASS, "NCCL_SOCKET_IFNAME unset (NCCL skips docker*/lo itself)")
+    exclude, exact, names = parse_ifname(spec)
+    chosen = [i for i in interfaces if _matches(i, names, exact) != exclude]
+    if exclude:
+        chosen = [i for i in chosen if i != "lo" and not i.startswith("docker")] or chosen
+    if not chosen:
+        return Check(name, FAIL,
+                     f"NCCL_SOCKET_IFNAME={spec} matches none of this node's interfaces "
+                     f"({', '.join(interfaces) or 'none'}): NCCL fails with "
+                     "'unhandled system error'",
+                     "set it to the fabric's interface prefix (e.g. hsn on Slingshot, ib0) or "
+                     "^docker0,lo")
+    return Check(name, PASS, f"NCCL_SOCKET_IFNAME={spec} selects {', '.join(chosen)}")
+
+
+def local_interfaces() -> list[str]:
+    try:
+        return [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return []
+
+
+#: Interfaces that exist with the same address on every node, or only locally.
+_BAD_IFACES = (("lo", "loopback"), ("docker", "docker bridge"), ("virbr", "libvirt bridge"),
+               ("lxcbr", "LXC bridge"), ("cni", "container bridge"),
+               ("podman", "container bridge"), ("veth", "container link"), ("br", "bridge"))
+
+
+def bad_interface(iface: str) -> str | None:
+    """Why NCCL must not use ``iface`` between nodes, or None when it may."""
+    for prefix, why in _BAD_IFACES:
+        if iface == prefix or (prefix != "lo" and iface.startswith(prefix)):
+            return why
+    return None
+
+
+@dataclass
+class NcclLog:
+    """What an ``NCCL_DEBUG=INFO`` log says about network selection."""
+
+    network: str | None = None  # "Using network X"
+    plugin_loaded: str | None = None
+    plugin_missing: str | None = None  # "Could not find: ..." / "No plugin found ..."
+    network_not_found: str | None = None
+    bootstrap: list[str] = field(default_factory=list)  # "Bootstrap : Using <if>:..."
+    socket_interfaces: list[str] = field(default_factory=list)  # "NET/Socket : Using [0]<if>"
+    system_error: bool = False
+
+
+def parse_nccl_log(text: str) -> NcclLog:
+    log = NcclLog()
+    for line in text.splitlines():
+        if m := re.search(r"Using network (.+?)\s*$", line):
+            log.network = m.group(1)
+        elif m := re.search(r"Loaded net plugin (.+?)(?:\s*\(v\d+\))?\s*$", line):
+            log.plugin_loaded = m.group(1)
+        elif m := re.search(r"NET/Plugin\s*:\s*(Could not find:.*?|No plugin found.*?)\s*$",
+                            line):
+            log.plugin_missing = log.plugin_missing or m.group(1)
+        elif m := re.search(r"[Nn]etwork (.+?) not found", line):
+            log.network_not_found = m.group(1)
+        if m := re.search(r"Bootstrap\s*:\s*Using\s+(?:\[\d+\])?([^:\s<]+):", line):
+            log.bootstrap.append(m.group(1))
+        if "NET/Socket" in line and "Using" in line:
+            log.socket_interfaces += re.findall(r"\[\d+\]([^:\s<]+):", line)
+        if "unhandled system error" in line:
+            log.system_error = True
+    log.bootstrap = list(dict.fromkeys(log.bootstrap))
+    log.socket_interfaces = list(dict.fromkeys(log.socket_interfaces))
+    return log
+
+
+_LOG_PLUGIN_NETS = ("AWS Libfabric", "Libfabric", "OFI")
+
+
+def check_nccl_network(log_text: str | None, slingshot: bool, nodes: int | None = None
+                       ) -> Check:
+    """Which network NCCL chose; sockets on Slingshot are ~20x slower than the plugin."""
+    name = "nccl.network"
+    if log_text is None:
+        return Check(name, SKIP, "no NCCL_DEBUG=INFO log (no GPU, or pass --nccl-log FILE)")
+    log = parse_nccl_log(log_text)
+    if log.network_not_found:
+        why = f" after '{log.plugin_missing}'" if log.plugin_missing else ""
+        return Check(name, FAIL, f"network {log.network_not_found} not found{why}",
+                     "put the aws-ofi-nccl lib dir on LD_LIBRARY_PATH; with NCCL_NET_PLUGIN "
+                     "set, its libnccl-net-<name>.so must exist (plugin >= 1.15) or unset it")
+    if log.system_error:
+        return Check(name, FAIL, "NCCL reported 'unhandled system error'",
+                     "check NCCL_SOCKET_IFNAME names a real interface (see nccl.socket_ifname)")
+    if log.network is None:
+        return Check(name, WARN, "the log does not say which network NCCL used",
+                     "rerun with NCCL_DEBUG=INFO (NCCL_DEBUG_SUBSYS=INIT,NET)")
+    if log.network == "Socket":
+        missing = f" ({log.plugin_missing})" if log.plugin_missing else ""
+        if slingshot and nodes != 1:
+            return Check(name, FAIL, f"NCCL fell back to sockets on Slingshot{missing}",
+                         "load aws-ofi-nccl (libnccl-net.so on LD_LIBRARY_PATH) and set "
+                         "NCCL_NET='AWS Libfabric' for multi-node jobs")
+        return Check(name, WARN, f"NCCL uses TCP sockets{missing}",
+                     "fine for one node or Ethernet; on IB/Slingshot load the network plugin")
+    if log.network in _LOG_PLUGIN_NETS or log.plugin_loaded:
+        return Check(name, PASS, f"NCCL uses network {log.network} "
+                                 f"(plugin {log.plugin_loaded or 'loaded'})")
+    if slingshot:
+        return Check(name, WARN, f"NCCL uses network {log.network}, not the OFI plugin",
+                     "on Slingshot set NCCL_NET='AWS Libfabric'")
+    return Check(name, PASS, f"NCCL uses network {log.network}")
+
+
+def check_nccl_interfaces(log_text: str | None, nodes: int | None = None) -> Check:
+    """Bootstrap (always) and socket data (in socket mode) must not use lo or a bridge.
+
+    A bridge (docker0, virbr0, br-*) has the same address on every node, so peers
+    connect to themselves: FAIL unless the job is known to be single-node.
+    Loopback reaches no other node: FAIL when the job is known to span nodes.
+    """
+    name = "nccl.interfaces"
+    if log_text is None:
+        return Check(name, SKIP, "no NCCL_DEBUG=INFO log")
+    log = parse_nccl_log(log_text)
+    socket_mode = log.network == "Socket" or (log.network is None and log.socket_interfaces)
+    used = [("bootstrap", i) for i in log.bootstrap]
+    used += [("data", i) for i in log.socket_interfaces] if socket_mode else []
+    if not used:
+        return Check(name, PASS, "no bootstrap or socket interface in the log")
+    fix = ("set NCCL_SOCKET_IFNAME to the fabric interface (e.g. hsn0,hsn1,hsn2,hsn3 or ib0) "
+           "or exclude the bad one (^docker0,lo)")
+    bad = [(role, i, bad_interface(i)) for role, i in used if bad_interface(i)]
+    if bad:
+        text = "; ".join(f"{role} on {i} ({why})" for role, i, why in bad)
+        bridged = any(why != "loopback" for _, _, why in bad)
+        fails = (bridged and nodes != 1) or (nodes or 0) > 1
+        return Check(name, FAIL if fails else WARN,
+                     f"NCCL {text}: no other node reaches it", fix)
+    roles = ", ".join(f"{role} {i}" for role, i in used)
+    return Check(name, PASS, f"NCCL uses {roles}")
+
+
+def on_slingshot(site: Mapping | None, interfaces: Iterable[str]) -> bool:
+    """Slingshot when the site says so or the node has hsn* interfaces."""
+    if site and site.get("fabric") == "slingshot":
+        return True
+    return any(i.startswith("hsn") for i in interfaces)

@@ -1,0 +1,111 @@
+"""Gather the inputs once, run every check, and print the report.
+
+:class:`Inputs` is everything the checks look at; :func:`gather` fills it from
+this process and machine, a test builds it by hand.  :func:`run_checks` is pure
+given its inputs (the plugin lookup's file test is one of them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from torchmpi.doctor import core, gpu, mpi, nccl, probe, site_env
+from torchmpi.doctor.core import Check, CommandResult, Runner
+
+
+@dataclass
+class Inputs:
+    """Everything the checks look at, gathered once (or built by a test)."""
+
+    torch: gpu.TorchInfo
+    env: Mapping[str, str]
+    runner: Runner
+    interfaces: list[str]
+    torch_ldd: str = ""
+    nccl_log: str | None = None
+    site: site_env.SiteExpectation | None = None
+    driver: gpu.DriverInfo | None = None
+    probes: Mapping[str, CommandResult | None] | None = None  # None: probing off
+    isfile: Callable[[str], bool] = os.path.isfile  # where the plugin lookup looks
+
+
+def torch_ldd(info: gpu.TorchInfo, runner: Runner) -> str:
+    if not info.lib_dir:
+        return ""
+    result = runner(["ldd", str(Path(info.lib_dir) / "libtorch_cpu.so")])
+    return result.stdout if result is not None else ""
+
+
+def gather(site: str | None = None, nccl_log: str | None = None, run_probes: bool = True,
+           runner: Runner = core.run_command) -> Inputs:
+    """Collect the inputs from this process and machine.
+
+    Raises :class:`torchmpi.errors.UserError` for a bad ``--site`` and
+    :class:`OSError` for an unreadable ``--nccl-log``.
+    """
+    expectation = site_env.load_expectation(site) if site else None
+    log_text = Path(nccl_log).read_text(errors="replace") if nccl_log is not None else None
+    info = gpu.probe_torch()
+    env = dict(os.environ)
+    inputs = Inputs(torch=info, env=env, runner=runner, interfaces=nccl.local_interfaces(),
+                    torch_ldd=torch_ldd(info, runner), nccl_log=log_text, site=expectation,
+                    driver=gpu.probe_driver(runner))
+    if run_probes:
+        inputs.probes = probe.run_all(info, runner, env)
+        nccl_run = inputs.probes.get("probe.nccl")
+        if inputs.nccl_log is None and nccl_run is not None:
+            inputs.nccl_log = nccl_run.stdout
+    return inputs
+
+
+def run_checks(inputs: Inputs) -> list[Check]:
+    info, env = inputs.torch, inputs.env
+    site_data = inputs.site.data if inputs.site else None
+    nodes = core.job_nodes(env)
+    slingshot = nccl.on_slingshot(site_data, inputs.interfaces)
+    found = mpi.identify_mpi(inputs.runner, env, inputs.torch_ldd, info.loaded_libs)
+    plugin = nccl.find_plugin(env, inputs.nccl_log, inputs.isfile)
+    gpu_site = isinstance((site_data or {}).get("gpu"), dict)
+    return [
+        gpu.check_torch(info),
+        gpu.check_backend_mpi(info),
+        gpu.check_backend_nccl(info),
+        gpu.check_backend_gloo(info),
+        gpu.check_gpu(info, inputs.driver or gpu.DriverInfo(), gpu_site),
+        mpi.check_mpi_implementation(found),
+        mpi.check_openmpi_cuda_aware(found, inputs.runner, info.gpu_count),
+        mpi.check_cray_gpu_support(found, env, inputs.torch_ldd, info.loaded_libs),
+        *probe.probe_checks(info, inputs.probes),
+        nccl.check_nccl_plugin(env, plugin, slingshot, nodes, info.nccl),
+        nccl.check_socket_ifname(env, inputs.interfaces),
+        nccl.check_nccl_network(inputs.nccl_log, slingshot, nodes),
+        nccl.check_nccl_interfaces(inputs.nccl_log, nodes),
+        site_env.check_site_env(inputs.site, env, nodes),
+        site_env.check_launcher_flags(env),
+    ]
+
+
+def format_table(checks: list[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = []
+    for c in checks:
+        lines.append(f"{c.status:<5} {c.name:<{width}}  {c.detail}")
+        if c.fix and c.status in (core.FAIL, core.WARN):
+            lines.append(f"{'':<5} {'':<{width}}  fix: {c.fix}")
+    counts = {s: sum(c.status == s for c in checks)
+              for s in (core.PASS, core.WARN, core.FAIL, core.SKIP)}
+    lines.append(", ".join(f"{n} {s}" for s, n in counts.items()))
+    return "\n".join(lines)
+
+
+def to_json(checks: list[Check]) -> str:
+    return json.dumps({"ok": exit_status(checks) == 0,
+                       "checks": [asdict(c) for c in checks]}, indent=2)
+
+
+def exit_status(checks: list[Check]) -> int:
+    return 1 if any(c.status == core.FAIL for c in checks) else 0
