@@ -19,9 +19,10 @@ from conftest import ROOT
 
 pytestmark = pytest.mark.spack
 
-PACKAGES = ("py-torch-mpi", "py-torch", "nccl-ss11", "aws-ofi-nccl", "openmpi-cuda")
+PACKAGES = ("py-torch-mpi", "py-torch", "nccl-ss11", "aws-ofi-nccl", "openmpi-cuda",
+            "py-mpi4py", "py-torchmpi")
 #: Same-name overrides of builtin recipes: must win over builtin.
-OVERRIDES = ("py-torch", "aws-ofi-nccl")
+OVERRIDES = ("py-torch", "aws-ofi-nccl", "py-mpi4py")
 
 
 def package_constant(package_dir: str, name: str):
@@ -60,6 +61,20 @@ def test_spack_info(spack, name: str) -> None:
         assert "cuda_aware_mpi" in out
     if name == "py-torch-mpi":
         assert "fabric" in out and "cuda_aware_mpi" in out
+
+
+def test_tool_package_versions_are_the_wrappers(spack) -> None:
+    """py-torchmpi and the py-torch-mpi bundle carry the tool's own version."""
+    code = (
+        "import spack.repo\n"
+        "for name in ('py-torchmpi', 'py-torch-mpi'):\n"
+        "    cls = spack.repo.PATH.get_pkg_class(name)\n"
+        "    print(name, ' '.join(str(v) for v in cls.versions))\n"
+    )
+    versions = dict(line.split(" ", 1) for line in spack.python(code).stdout.splitlines())
+    from torchmpi import __version__
+
+    assert versions == {"py-torchmpi": __version__, "py-torch-mpi": __version__}
 
 
 def test_audit_packages(spack) -> None:
@@ -157,11 +172,18 @@ def test_openmpi_dag(openmpi_dag: Dag) -> None:
     assert dag.variant("py-torch", "cuda_arch") == ["80"]
     assert dag.variant("nccl", "cuda_arch") == ["80"]
     assert dag.variant("py-torch-mpi", "fabric") == "ib"
+    # Off Cray the mpi4py override is builtin's: its GTL variant does not exist.
+    assert dag.one("py-mpi4py")["namespace"] == "torchmpi"
+    assert "cuda_aware_mpi" not in dag.one("py-mpi4py")["parameters"]
 
 
 # --- Cray MPICH + Slingshot-11 environment, with py-torchvision ---------------
 
 CRAY_SPECS = ("py-torch-mpi +cuda cuda_arch=80 fabric=slingshot", "py-torchvision")
+TORCHMPI_VERSION = next(
+    line.split('"')[1] for line in (ROOT / "wrapper/torchmpi/__init__.py").read_text().splitlines()
+    if line.startswith("__version__")
+)
 
 
 def _fake_external(root: Path, files: tuple[str, ...]) -> Path:
@@ -210,6 +232,9 @@ def cray_env(spack, tmp_path_factory) -> Path:
         "spack": {
             "specs": list(CRAY_SPECS),
             "view": False,
+            # As in every rendered environment: the torchmpi tool from this checkout.
+            "develop": {"py-torchmpi": {"spec": f"py-torchmpi@={TORCHMPI_VERSION}",
+                                        "path": str(ROOT)}},
             "concretizer": {"unify": True},
             "config": {"install_tree": {"root": str(base / "store")}},
             "packages": {
@@ -279,6 +304,25 @@ def test_cuda_arch_is_equal_on_torch_and_nccl(cray_dag: Dag) -> None:
     # The plugin has no GPU code: no cuda_arch of its own (as builtin aluminum
     # treats it, "NOT a CudaPackage"); it shares the one nccl node.
     assert "cuda_arch" not in cray_dag.one("aws-ofi-nccl")["parameters"]
+
+
+def test_cray_dag_has_mpi4py_with_gtl(cray_dag: Dag) -> None:
+    """MPI-first jobs: the environment's mpi4py is torchmpi's, on the same
+    cray-mpich, with Cray's GTL linked (+cuda_aware_mpi)."""
+    mpi4py = cray_dag.one("py-mpi4py")
+    assert mpi4py["namespace"] == "torchmpi"
+    assert cray_dag.variant("py-mpi4py", "cuda_aware_mpi") is True
+    assert cray_dag.deps("py-mpi4py")["cray-mpich"]["hash"] == cray_dag.one("cray-mpich")["hash"]
+    assert cray_dag.deps("py-torch-mpi")["py-mpi4py"]["hash"] == mpi4py["hash"]
+
+
+def test_cray_dag_tool_is_the_developed_checkout(cray_dag: Dag) -> None:
+    """The torchmpi tool is a package of its own whose source Spack tracks
+    (dev_path in the spec, hence in its hash), not files copied by py-torch-mpi."""
+    tool = cray_dag.one("py-torchmpi")
+    assert tool["version"] == TORCHMPI_VERSION
+    assert tool["parameters"]["dev_path"] == str(ROOT)
+    assert cray_dag.deps("py-torch-mpi")["py-torchmpi"]["hash"] == tool["hash"]
 
 
 def test_cray_torch_has_gloo(cray_dag: Dag) -> None:
@@ -398,6 +442,27 @@ def test_cray_gtl_is_really_linked(spack, cray_installed: Path, tmp_path: Path,
         assert "libmpi_gtl_cuda.so" in link([])["NEEDED"], ldflags
 
 
+@pytest.mark.parametrize("linker_default", ["", "-Wl,--as-needed"])
+def test_cray_gtl_is_really_linked_into_mpi4py(spack, cray_installed: Path, tmp_path: Path,
+                                               linker_default: str) -> None:
+    """Link an extension the way mpi4py's build does (distutils appends $LDFLAGS
+    to the shared-object link command, ahead of the objects) with the LDFLAGS
+    ``spack build-env`` gives py-mpi4py, and read the ELF: a job that calls
+    MPI_Init from mpi4py before importing torch finds GTL."""
+    ldflags = spack.run("-e", str(cray_installed), "build-env", "py-mpi4py", "--",
+                        "printenv", "LDFLAGS").stdout.strip()
+    gtl_dir = spack.cache_dir.parent / "test-externals" / "mpich" / "8.1.29" / "gtl" / "lib"
+    source = tmp_path / "mpi_stub.c"
+    source.write_text("int mpi4py_stub(void) { return 1; }\n")
+    ext = tmp_path / "MPI.so"
+    cc = shutil.which("gcc") or "cc"
+    subprocess.run([cc, "-shared", *shlex.split(linker_default), *shlex.split(ldflags),
+                    "-fPIC", str(source), "-o", str(ext)], check=True)
+    dynamic = _dynamic(ext)
+    assert "libmpi_gtl_cuda.so" in dynamic["NEEDED"], (ldflags, dynamic)
+    assert str(gtl_dir) in dynamic["PATH"], (ldflags, dynamic)
+
+
 def test_py_torch_carries_mpich_patch_only_for_mpich(
     cray_build_env: dict, openmpi_solve: dict
 ) -> None:
@@ -502,6 +567,47 @@ def test_plugin_override_run_environment_is_builtins_by_default(
     assert ours == plugin_default_vs_builtin["builtin"]["run_env"]
     assert ours == plugin_default_vs_builtin["builtin_on_ours"]
     assert not [m for m in ours if m[1] == "NCCL_NET_PLUGIN"]
+
+
+@pytest.fixture(scope="session")
+def mpi4py_default_vs_builtin(spack) -> dict:
+    """``py-mpi4py`` solved through the torchmpi override and through builtin,
+    with the build environment each class sets on the override's spec."""
+    code = """
+import json
+import spack.concretize
+import spack.repo
+from spack.util.environment import EnvironmentModifications
+
+def build_env(spec, pkg_cls):
+    spec["mpi"].package.setup_dependent_package(None, spec)  # sets spec["mpi"].mpicc
+    mods = EnvironmentModifications()
+    pkg_cls(spec).setup_build_environment(mods)
+    return [[type(m).__name__, m.name, str(getattr(m, "value", ""))]
+            for m in mods.env_modifications]
+
+ours = spack.concretize.concretize_one("py-mpi4py")
+builtin = spack.concretize.concretize_one("builtin.py-mpi4py")
+builtin_cls = spack.repo.PATH.get_repo("builtin").get_pkg_class("py-mpi4py")
+print(json.dumps({
+    "namespaces": [ours.namespace, builtin.namespace],
+    "variants": [{k: str(v.value) for k, v in s.variants.items()} for s in (ours, builtin)],
+    "deps": [sorted((d.name, d.dag_hash()) for d in s.dependencies()) for s in (ours, builtin)],
+    "build_env": [build_env(ours, type(ours.package)), build_env(ours, builtin_cls)],
+}))
+"""
+    return json.loads(spack.python(code).stdout.strip().splitlines()[-1])
+
+
+def test_mpi4py_override_is_builtins_by_default(mpi4py_default_vs_builtin) -> None:
+    """Registered site-wide, the override gives a default py-mpi4py user exactly
+    builtin's: same variants, same dependencies, same build environment."""
+    facts = mpi4py_default_vs_builtin
+    assert facts["namespaces"] == ["torchmpi", "builtin"]
+    assert facts["variants"][0] == facts["variants"][1]
+    assert facts["deps"][0] == facts["deps"][1]
+    assert facts["build_env"][0] == facts["build_env"][1]
+    assert not [m for m in facts["build_env"][0] if m[1] == "LDFLAGS"]
 
 
 # --- MPI providers and detection ---------------------------------------------

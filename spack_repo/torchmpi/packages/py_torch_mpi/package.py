@@ -4,23 +4,16 @@
 """The user-facing package: a PyTorch whose distributed backends work here.
 
 A bundle over the torchmpi ``py-torch`` override (MPI backend forced on,
-CUDA-aware where asked), the NCCL stack of the chosen fabric, and the
-``torchmpi`` tool (doctor, allreduce) used by the stand-alone tests.  It holds
-no torch build of its own, so builtin dependents like ``py-torchvision`` share
-the one ``py-torch`` node.
+CUDA-aware where asked), the NCCL stack of the chosen fabric, mpi4py on the
+same MPI, and the ``torchmpi`` tool (``py-torchmpi``: doctor, allreduce) used
+by the stand-alone tests.  It holds no torch build of its own, so builtin
+dependents like ``py-torchvision`` share the one ``py-torch`` node.
 """
-
-import os
 
 from spack_repo.builtin.build_systems.bundle import BundlePackage
 from spack_repo.builtin.build_systems.cuda import CudaPackage
 
 from spack.package import *
-
-#: The torchmpi wrapper shipped with this repository (../../../../wrapper).
-WRAPPER_SOURCE = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), *[os.pardir] * 4, "wrapper", "torchmpi"
-)
 
 
 class PyTorchMpi(BundlePackage, CudaPackage):
@@ -31,7 +24,7 @@ class PyTorchMpi(BundlePackage, CudaPackage):
 
     license("Apache-2.0 OR MIT")
 
-    # The version is the torchmpi wrapper's (wrapper/torchmpi/__init__.py).
+    # The version is the torchmpi tool's (py-torchmpi, wrapper/torchmpi/__init__.py).
     version("0.1.0")
 
     variant(
@@ -49,9 +42,23 @@ class PyTorchMpi(BundlePackage, CudaPackage):
         "via aws-ofi-nccl), ib (InfiniBand verbs), tcp (sockets only)",
     )
 
+    variant(
+        "mpi4py",
+        default=True,
+        description="Include mpi4py built on the same MPI (on Cray MPICH with GTL linked, so "
+        "a job that imports mpi4py before torch runs with MPICH_GPU_SUPPORT_ENABLED=1)",
+    )
+
     extends("python")
     depends_on("python", type=("build", "run"))
-    depends_on("py-pyyaml", type="run")
+    # The torchmpi tool (doctor, allreduce); its version is this bundle's.
+    depends_on("py-torchmpi@0.1.0", type="run", when="@0.1.0")
+
+    with when("+mpi4py"):
+        depends_on("py-mpi4py", type="run")
+        # MPI_Init from mpi4py must find GTL as MPI_Init from libtorch does:
+        # the module sets MPICH_GPU_SUPPORT_ENABLED=1 for +cuda_aware_mpi.
+        depends_on("py-mpi4py +cuda_aware_mpi", when="+cuda_aware_mpi ^[virtuals=mpi] cray-mpich")
 
     # PyTorch drops the MPI backend silently when FindMPI fails; +mpi here and
     # the check after install make that a hard error instead.  +gloo: builtin
@@ -86,21 +93,6 @@ class PyTorchMpi(BundlePackage, CudaPackage):
         when="+cuda",
         msg="py-torch-mpi +cuda needs the GPU architecture, e.g. cuda_arch=80 (A100)",
     )
-
-    def install(self, spec, prefix):
-        """Install the pure-Python torchmpi tool and its ``torchmpi`` command."""
-        source = os.path.normpath(WRAPPER_SOURCE)
-        if not os.path.isfile(os.path.join(source, "cli.py")):
-            raise InstallError(f"torchmpi wrapper sources not found at {source}")
-        install_tree(source, join_path(python_purelib, "torchmpi"))
-        mkdirp(prefix.bin)
-        script = join_path(prefix.bin, "torchmpi")
-        with open(script, "w", encoding="utf-8") as stream:
-            stream.write(
-                f"#!{spec['python'].command.path}\n"
-                "import sys\nfrom torchmpi.cli import main\nsys.exit(main())\n"
-            )
-        os.chmod(script, 0o755)
 
     @run_after("install")
     def check_mpi_backend(self):
@@ -155,7 +147,7 @@ class PyTorchMpi(BundlePackage, CudaPackage):
             "^[virtuals=mpi] openmpi-cuda"
         ):
             args.append("--oversubscribe")  # a test node may have a single slot
-        torchmpi = join_path(self.prefix.bin, "torchmpi")
+        torchmpi = join_path(self.spec["py-torchmpi"].prefix.bin, "torchmpi")
         launcher(
             *args, torchmpi, "allreduce", "--backend", "mpi", "--device", device,
             "--sizes", "8,64K,1M", "--warmup", "1", "--iters", "5",
@@ -174,3 +166,18 @@ class PyTorchMpi(BundlePackage, CudaPackage):
         if int(ngpu.strip() or 0) < 1:
             raise SkipTest("no GPU visible")
         self._allreduce("cuda")
+
+    def test_mpi4py_before_torch(self):
+        """MPI initialised by mpi4py before torch is imported, as MPI launch scripts do"""
+        if not self.spec.satisfies("+mpi4py"):
+            raise SkipTest("built without +mpi4py")
+        code = (
+            "from mpi4py import MPI\n"  # MPI_Init here: on Cray it needs GTL in mpi4py
+            "import torch, torch.distributed as dist\n"
+            "dist.init_process_group('mpi')\n"
+            "t = torch.ones(4)\n"
+            "dist.all_reduce(t)\n"
+            "assert t.sum().item() == 4 * dist.get_world_size(), t\n"
+            "print('mpi4py-first ok, world', dist.get_world_size())\n"
+        )
+        self._mpiexec()("-n", "1", self.spec["python"].command.path, "-c", code)
