@@ -369,3 +369,28 @@ def test_nccl_plugin_pin_needs_slingshot(tmp_path, capsys, derecho_text) -> None
         d.pop("libfabric")
     err = _bad(tmp_path, capsys, derecho_text, edit)
     assert "nccl.plugin: the aws-ofi-nccl plugin is only built for fabric: slingshot" in err
+
+
+# --- one answer to "which keys may be auto" ---------------------------------------
+
+
+def test_auto_keys_have_one_home() -> None:
+    """site.AUTO_KEYS is the list; detection fills exactly those keys, in that order."""
+    assert tuple(detect.FILLERS) == sitemod.AUTO_KEYS == sitemod.Site.auto_keys
+    local = yaml.safe_load((paths.sites_dir() / "local.yaml").read_text())
+    assert sitemod.auto_keys(local) == list(sitemod.AUTO_KEYS)
+    assert sitemod.auto_keys({"target": "zen3", "mpi": {"kind": "auto"}}) == ["mpi.kind"]
+
+
+def test_is_local() -> None:
+    assert sitemod.load("local").is_local
+    assert not sitemod.load("derecho").is_local
+
+
+def test_schema_pattern_dollar_means_end_of_input() -> None:
+    """JSON schema's `$` is ECMA-262's (end of input); Python's also matches before a
+    final newline, which let "derecho\\n" through."""
+    validator = sitemod._Validator({"type": "string", "pattern": "^[a-z]+$"})
+    assert validator.is_valid("derecho")
+    assert not validator.is_valid("derecho\n")
+    assert sitemod._ecma_anchor(r"^a\$") == r"^a\$"  # an escaped dollar is a character
