@@ -394,3 +394,13 @@ def test_schema_pattern_dollar_means_end_of_input() -> None:
     assert validator.is_valid("derecho")
     assert not validator.is_valid("derecho\n")
     assert sitemod._ecma_anchor(r"^a\$") == r"^a\$"  # an escaped dollar is a character
+
+
+def test_cross_family() -> None:
+    """alps-gh200 (neoverse_v2, aarch64) is cross-family from an x86_64 host, derecho not."""
+    import archspec.cpu
+
+    host = archspec.cpu.host().family.name
+    assert sitemod.load("alps-gh200").cross_family == (host != "aarch64")
+    assert sitemod.load("derecho").cross_family == (host != "x86_64")
+    assert not sitemod.load("local").cross_family

@@ -78,6 +78,20 @@ class Site:
         return self.name == LOCAL
 
     @property
+    def cross_family(self) -> bool:
+        """Whether the compute nodes' CPU family differs from this host's (aarch64 from x86_64).
+
+        Spack considers a target outside the host's family only when a root spec
+        names it; the local site is this host, so never cross-family.
+        """
+        import archspec.cpu
+
+        target = archspec.cpu.TARGETS.get(str(self.data.get("target")))
+        if self.is_local or target is None:
+            return False
+        return target.family != archspec.cpu.host().family
+
+    @property
     def sha256(self) -> str:
         return hashlib.sha256(self.raw).hexdigest()
 
