@@ -199,6 +199,25 @@ def test_oversized_site_file_is_refused_unparsed(scratch: Path, capsys) -> None:
     unchanged.check()
 
 
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "directory"])
+def test_site_that_is_not_a_regular_file(kind: str, scratch: Path, capsys) -> None:
+    """A symlink to /dev/zero or a FIFO in sites/ would never finish reading (or block)."""
+    path = scratch / "sites" / "odd.yaml"
+    if kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    unchanged = Unchanged(scratch)
+    for argv in (["render", "odd"], ["concretize", "odd"], ["render", str(path)]):
+        rc, _, err = run(capsys, *argv)
+        assert rc == 2 and f"{path}: is not a regular file" in err, err
+    rc, out, _ = run(capsys, "sites")
+    assert rc == 1 and "odd" in out and "is not a regular file" in out
+    unchanged.check()
+
+
 def test_reads_at_most_the_limit(tmp_path: Path, monkeypatch) -> None:
     """The size check reads MAX_BYTES + 1 bytes, not the whole file."""
     path = tmp_path / "x.yaml"

@@ -27,7 +27,7 @@ from typing import Any
 import jsonschema
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.nodes import MappingNode, Node, SequenceNode
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 
 from torchmpi import paths, runtime
@@ -133,6 +133,8 @@ def resolve(name_or_path: str) -> Path:
     path = paths.sites_dir() / f"{name_or_path}.yaml"
     if path.is_file():
         return path
+    if path.exists():  # a directory, a FIFO (open would block), /dev/zero behind a symlink
+        raise UserError(f"{path}: is not a regular file")
     names = available()
     close = difflib.get_close_matches(name_or_path, names, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
@@ -146,6 +148,9 @@ def resolve(name_or_path: str) -> Path:
 
 #: Position of a key path in the file: (line, column), both 1-based.
 Where = tuple[int, int]
+
+_STR_TAG = "tag:yaml.org,2002:str"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 def _read(path: Path) -> bytes:
@@ -217,6 +222,15 @@ def _index(path: Path, root: Node) -> dict[tuple, Where]:
             for key, value in node.value:
                 ident = (str(key.tag), _key_text(key))
                 sub = key_path + (_key_text(key),)
+                if not isinstance(key, ScalarNode) or ident[0] != _STR_TAG:
+                    kind = ident[0].rsplit(":", 1)[-1]
+                    what = ("a '<<' merge" if ident[0] == _MERGE_TAG
+                            else f"{ident[1]} (YAML reads it as {kind}), not text")
+                    raise UserError(
+                        f"{_mark(path, key.start_mark)}: {_fmt_path(sub)}: key {what};"
+                        " allowed: keys are names such as fabric or NCCL_DEBUG (quote one that"
+                        " YAML reads as a number, null or boolean)"
+                    )
                 if ident in first:
                     prev = first[ident]
                     raise UserError(
