@@ -182,7 +182,7 @@ def test_unwritable_output_directory(tmp_path: Path, capsys) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
     err = cli_error(capsys, "render", "derecho", "-o", str(blocker / "env"))
-    assert "cannot create the output directory" in err
+    assert "-o/--output" in err and "cannot create it" in err and "is not a directory" in err
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
@@ -241,7 +241,7 @@ def test_unknown_nested_key_has_line_and_path(tmp_path, capsys, derecho_text) ->
     err = cli_error(capsys, "render", str(path), "-o", str(tmp_path / "e"))
     line = next(i for i, s in enumerate(derecho_text.splitlines(), 1)
                 if s.startswith("  cuda_aware:"))
-    assert f"{path}:{line}: mpi.cuda_awre: unknown key" in err
+    assert f"{path}:{line}:3: mpi.cuda_awre: unknown key" in err
 
 
 def test_wrong_type(tmp_path, capsys, derecho_text) -> None:
@@ -369,3 +369,38 @@ def test_nccl_plugin_pin_needs_slingshot(tmp_path, capsys, derecho_text) -> None
         d.pop("libfabric")
     err = _bad(tmp_path, capsys, derecho_text, edit)
     assert "nccl.plugin: the aws-ofi-nccl plugin is only built for fabric: slingshot" in err
+
+
+# --- one answer to "which keys may be auto" ---------------------------------------
+
+
+def test_auto_keys_have_one_home() -> None:
+    """site.AUTO_KEYS is the list; detection fills exactly those keys, in that order."""
+    assert tuple(detect.FILLERS) == sitemod.AUTO_KEYS == sitemod.Site.auto_keys
+    local = yaml.safe_load((paths.sites_dir() / "local.yaml").read_text())
+    assert sitemod.auto_keys(local) == list(sitemod.AUTO_KEYS)
+    assert sitemod.auto_keys({"target": "zen3", "mpi": {"kind": "auto"}}) == ["mpi.kind"]
+
+
+def test_is_local() -> None:
+    assert sitemod.load("local").is_local
+    assert not sitemod.load("derecho").is_local
+
+
+def test_schema_pattern_dollar_means_end_of_input() -> None:
+    """JSON schema's `$` is ECMA-262's (end of input); Python's also matches before a
+    final newline, which let "derecho\\n" through."""
+    validator = sitemod._Validator({"type": "string", "pattern": "^[a-z]+$"})
+    assert validator.is_valid("derecho")
+    assert not validator.is_valid("derecho\n")
+    assert sitemod._ecma_anchor(r"^a\$") == r"^a\$"  # an escaped dollar is a character
+
+
+def test_cross_family() -> None:
+    """alps-gh200 (neoverse_v2, aarch64) is cross-family from an x86_64 host, derecho not."""
+    import archspec.cpu
+
+    host = archspec.cpu.host().family.name
+    assert sitemod.load("alps-gh200").cross_family == (host != "aarch64")
+    assert sitemod.load("derecho").cross_family == (host != "x86_64")
+    assert not sitemod.load("local").cross_family

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from torchmpi import __version__
@@ -20,13 +21,51 @@ from torchmpi.errors import UserError
 VERBS = ("sites", "render", "concretize", "detect", "doctor", "allreduce")
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter,
+                    argparse.ArgumentDefaultsHelpFormatter):
+    """Descriptions and examples keep their line breaks; every option shows its default.
+
+    HPC users read ``--help`` on a login node instead of a web page, so each
+    verb's epilog carries a worked example that must not be re-wrapped.
+    A flag (an option without a value) is off unless given, so it gets no
+    "(default: False)"; a help text that already explains its default keeps
+    its own words instead of "(default: None)".
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.nargs == 0 or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class VerbParser(argparse.ArgumentParser):
+    """A verb's parser: its own usage on an unknown flag, the project's help layout.
+
+    argparse hands a subparser's unrecognised arguments up to the top-level
+    parser, which then prints ``usage: torchmpi [-h] ...`` -- useless for
+    finding the verb's flag.  Refusing them here prints the verb's usage.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torchmpi",
         description="Site recipes and checks for PyTorch's MPI and NCCL backends.",
+        epilog="Run `torchmpi VERB --help` for a verb's options and an example.",
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"torchmpi {__version__}")
-    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=VerbParser)
     for verb in VERBS:
         try:
             module = importlib.import_module(f"torchmpi.commands.{verb}")
@@ -69,6 +108,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `torchmpi sites --json | head`: the reader left; say nothing more
+        # (Python's documented recipe: point stdout at devnull before exit).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -117,30 +117,54 @@ def _local_mpi(gpu: bool, found: dict[str, str] | None) -> dict[str, Any]:
     return {"kind": "openmpi"}
 
 
+def _fill_target(site: Any, data: dict[str, Any], facts: dict[str, Any]) -> None:
+    data["target"] = facts["target"]
+
+
+def _fill_compilers(site: Any, data: dict[str, Any], facts: dict[str, Any]) -> None:
+    if not facts["gcc"]:
+        from torchmpi.errors import UserError
+
+        raise UserError(f"{site.path}: compilers: auto found no gcc/g++/gfortran on PATH")
+    data["compilers"] = [facts["gcc"]]
+
+
+def _fill_gpu(site: Any, data: dict[str, Any], facts: dict[str, Any]) -> None:
+    if not facts["cuda_arch"]:
+        data.pop("gpu")  # no GPU found: a CPU-only build, never a guessed arch
+        return
+    gpu: dict[str, Any] = {"model": facts["gpus"][0]["name"], "cuda_arch": facts["cuda_arch"]}
+    if facts["cuda"]:
+        gpu["cuda"] = {"spec": f"cuda@{facts['cuda']['version']}",
+                       "prefix": facts["cuda"]["prefix"]}
+    data["gpu"] = gpu
+
+
+def _fill_mpi_kind(site: Any, data: dict[str, Any], facts: dict[str, Any]) -> None:
+    data["mpi"] = dict(data["mpi"], **_local_mpi(bool(data.get("gpu")), facts["mpi"]))
+
+
+#: How each key of :data:`torchmpi.site.AUTO_KEYS` is filled in; a test checks
+#: that the two name the same keys, so a new auto-able key cannot be forgotten here.
+FILLERS = {
+    "target": _fill_target,
+    "compilers": _fill_compilers,
+    "gpu": _fill_gpu,
+    "mpi.kind": _fill_mpi_kind,
+}
+
+
 def fill_in(site: Any) -> None:
-    """Replace the ``auto`` values of a (local) site with what this host has."""
+    """Replace the ``auto`` values of a (local) site with what this host has.
+
+    Keys are filled in :data:`torchmpi.site.AUTO_KEYS` order: the MPI choice
+    depends on whether a GPU was found.
+    """
+    from torchmpi.site import auto_keys
+
     data = dict(site.data)
     facts = report()
-    if data.get("target") == "auto":
-        data["target"] = facts["target"]
-    if data.get("compilers") == "auto":
-        if not facts["gcc"]:
-            from torchmpi.errors import UserError
-
-            raise UserError(f"{site.path}: compilers: auto found no gcc/g++/gfortran on PATH")
-        data["compilers"] = [facts["gcc"]]
-    if data.get("gpu") == "auto":
-        if facts["cuda_arch"]:
-            gpu: dict[str, Any] = {
-                "model": facts["gpus"][0]["name"], "cuda_arch": facts["cuda_arch"]
-            }
-            if facts["cuda"]:
-                gpu["cuda"] = {"spec": f"cuda@{facts['cuda']['version']}",
-                               "prefix": facts["cuda"]["prefix"]}
-            data["gpu"] = gpu
-        else:
-            data.pop("gpu")
-    if data.get("mpi", {}).get("kind") == "auto":
-        data["mpi"] = dict(data["mpi"], **_local_mpi(bool(data.get("gpu")), facts["mpi"]))
+    for key in auto_keys(data):
+        FILLERS[key](site, data, facts)
     site.detected = {k: facts[k] for k in ("target", "cuda_arch")}
     site.data = data

@@ -9,12 +9,29 @@ from pathlib import Path
 
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
-from torchmpi import spackrun
+from torchmpi import spackrun, writable
 from torchmpi.lock import Lock
+
+EXAMPLE = """\
+examples:
+  $ torchmpi concretize derecho            # environments/derecho/spack.lock, summary
+  $ torchmpi concretize derecho -f --json  # full re-solve, summary as JSON on stdout
+  $ torchmpi concretize sites/new.yaml -o /tmp/new-env
+"""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("concretize", help="render (if needed) and concretize a site environment")
+    p = sub.add_parser(
+        "concretize",
+        help="render (if needed) and concretize a site environment",
+        description=(
+            "Validate the site file, render its environment if it changed, then solve it\n"
+            "with the project's pinned Spack (minutes for py-torch) and print a summary:\n"
+            "roots, node count, packages to build, externals, MPI, NCCL, torch, target.\n"
+            "Spack's output goes to stderr; the summary to stdout."
+        ),
+        epilog=EXAMPLE,
+    )
     p.add_argument("site", help="site name (see `torchmpi sites`) or path to a site file")
     p.add_argument("-o", "--output", type=Path, metavar="DIR",
                    help="environment directory (default: environments/SITE)")
@@ -22,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="re-solve every root even if spack.lock is up to date (spack -f)")
     p.add_argument("--force", action="store_true",
                    help="overwrite hand-edited environment files when rendering")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable output on stdout: the summary as one JSON object")
     p.add_argument("-q", "--quiet", action="store_true", help="do not echo Spack's output")
     p.set_defaults(func=run)
 
@@ -54,6 +72,9 @@ def _lock_is_stale(outdir: Path) -> bool:
 def run(args: argparse.Namespace) -> int:
     site = sitemod.load(args.site)
     outdir = args.output or renderer.default_outdir(site)
+    # Before the solve, not after it: Spack writes spack.lock at the very end.
+    writable.check_dir(outdir, "-o/--output" if args.output else "environment directory")
+    spackrun.executable()  # a missing Spack is reported now, not after rendering
     files = renderer.render(site, outdir)
     if renderer.diff(outdir, files):
         result = renderer.write(outdir, files, force=args.force)

@@ -7,10 +7,29 @@ import json
 
 from torchmpi import detect
 
+EXAMPLE = """\
+example:
+  $ torchmpi detect
+  target (archspec)  zen3
+  GPUs               NVIDIA A100-SXM4-40GB (sm_80), ...
+  $ torchmpi detect --json > host.json
+"""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("detect", help="show the host facts the local site is rendered from")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p = sub.add_parser(
+        "detect",
+        help="show the host facts the local site is rendered from",
+        description=(
+            "Show what the 'local' site's auto values become on this host: the CPU target\n"
+            "(archspec, as Spack names it), GPUs and their CUDA architecture (nvidia-smi),\n"
+            "the CUDA toolkit, a Cray PE, the MPI launcher on PATH and the gcc compilers.\n"
+            "Run it on a compute node to find the values for a new site file."
+        ),
+        epilog=EXAMPLE,
+    )
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable output on stdout (one JSON object)")
     p.set_defaults(func=run)
 
 

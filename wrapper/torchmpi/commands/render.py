@@ -3,15 +3,34 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
+from torchmpi import writable
+
+EXAMPLE = """\
+examples:
+  $ torchmpi render derecho                 # -> environments/derecho/
+  $ torchmpi render --check derecho         # CI: exit 1 with a diff if it is stale
+  $ torchmpi render sites/new.yaml -o /tmp/new-env --json
+"""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("render", help="render a site file into a Spack environment")
+    p = sub.add_parser(
+        "render",
+        help="render a site file into a Spack environment",
+        description=(
+            "Validate a site file and write its Spack environment: spack.yaml,\n"
+            "packages.yaml, modules.yaml and runtime.sh.  Files edited by hand since\n"
+            "they were rendered are not overwritten without --force; nothing is written\n"
+            "when the site file is invalid."
+        ),
+        epilog=EXAMPLE,
+    )
     p.add_argument("site", help="site name (see `torchmpi sites`) or path to a site file")
     p.add_argument("-o", "--output", type=Path, metavar="DIR",
                    help="environment directory (default: environments/SITE)")
@@ -19,25 +38,46 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="write nothing; exit 1 with a diff if DIR differs from a fresh render")
     p.add_argument("--force", action="store_true",
                    help="overwrite files that were edited by hand")
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable output on stdout: what was written or found")
     p.set_defaults(func=run)
+
+
+def _report(args: argparse.Namespace, record: dict, text: str) -> None:
+    """The result on stdout: ``record`` as JSON with --json, else ``text`` (if any)."""
+    if args.json or text:
+        print(json.dumps(record, indent=2) if args.json else text)
 
 
 def run(args: argparse.Namespace) -> int:
     site = sitemod.load(args.site)
     outdir = args.output or renderer.default_outdir(site)
+    record = {"site": site.name, "output": str(outdir)}
+    if not args.check:
+        writable.check_dir(outdir, "-o/--output" if args.output else "environment directory")
     files = renderer.render(site, outdir)
     if args.check:
+        if not any((outdir / name).is_file() for name in files):
+            print(f"torchmpi render --check: {site.name} was never rendered into {outdir}"
+                  f" (none of {', '.join(files)} is there); run `torchmpi render"
+                  f" {args.site}`", file=sys.stderr)
+            _report(args, {**record, "status": "never-rendered"}, "")
+            return 1
         text = renderer.diff(outdir, files)
         if text:
-            sys.stdout.write(text)
+            if args.json:
+                _report(args, {**record, "status": "differs", "diff": text}, "")
+            else:
+                sys.stdout.write(text)
             print(f"torchmpi render --check: {outdir} differs from a fresh render of"
                   f" {site.name}; run `torchmpi render {site.name}`", file=sys.stderr)
             return 1
-        print(f"{outdir}: up to date with {site.path.name}")
+        _report(args, {**record, "status": "up-to-date"},
+                f"{outdir}: up to date with {site.path.name}")
         return 0
     result = renderer.write(outdir, files, force=args.force)
-    if result.written:
-        print(f"{outdir}: wrote {', '.join(result.written)}")
-    else:
-        print(f"{outdir}: unchanged")
+    status = "written" if result.written else "unchanged"
+    text = f"{outdir}: " + (f"wrote {', '.join(result.written)}" if result.written else status)
+    _report(args, {**record, "status": status, "written": result.written,
+                   "unchanged": result.unchanged}, text)
     return 0

@@ -1,22 +1,60 @@
-"""``torchmpi sites``: the shipped site files, one line each."""
+"""``torchmpi sites``: the shipped site files, one line each (or JSON)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 
 from torchmpi import site as sitemod
 from torchmpi.errors import UserError
 
+EXAMPLE = """\
+example:
+  $ torchmpi sites
+  derecho     zen3, sm_80, cray-mpich@8.1.27, slingshot, pbs -- NCAR Derecho GPU nodes ...
+  $ torchmpi sites --json | python -m json.tool
+"""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sites", help="list the site files with a one-line summary")
+    p = sub.add_parser(
+        "sites",
+        help="list the site files with a one-line summary",
+        description=(
+            "Validate every site file under sites/ and print one line per site: CPU target,\n"
+            "GPU, MPI, fabric, launcher and description.  An invalid site is listed as\n"
+            "INVALID with its first problem, and the exit status is 1."
+        ),
+        epilog=EXAMPLE,
+    )
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable output on stdout: one object per site")
     p.set_defaults(func=run)
+
+
+def _entry(name: str) -> dict:
+    """One site as JSON: its summary fields, or the validation error."""
+    try:
+        site = sitemod.load(name)
+    except UserError as err:
+        return {"name": name, "valid": False, "error": str(err)}
+    d = site.data
+    return {
+        "name": name, "valid": True, "path": str(site.path), "description": d["description"],
+        "target": d["target"], "cuda_arch": site.cuda_arch, "mpi": d["mpi"]["kind"],
+        "mpi_version": d["mpi"].get("version"), "fabric": d["fabric"],
+        "launcher": d["launcher"],
+    }
 
 
 def run(args: argparse.Namespace) -> int:
     names = sitemod.available()
     if not names:
         raise UserError("no site files found (sites/*.yaml)")
+    if args.json:
+        entries = [_entry(name) for name in names]
+        print(json.dumps(entries, indent=2))
+        return 0 if all(e["valid"] for e in entries) else 1
     width = max(map(len, names))
     status = 0
     for name in names:
