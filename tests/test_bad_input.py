@@ -161,20 +161,13 @@ def test_bad_site_file_every_verb(case: Case, scratch: Path, capsys) -> None:
     unchanged.check()
 
 
-#: doctor --site reads site files with its own lenient loader in this branch;
-#: the doctor branch switches it to torchmpi.site.load.  Remove this mark at merge.
-DOCTOR_PENDING = pytest.mark.xfail(
-    run=False, strict=True, reason="doctor branch: doctor --site calls torchmpi.site.load")
-
-
-@DOCTOR_PENDING
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_bad_site_file_doctor(case: Case, scratch: Path, capsys) -> None:
     """doctor --site refuses the same files with the same messages, no traceback."""
     path = scratch / "sites" / case.path.name
     path.write_bytes(case.path.read_bytes())
     unchanged = Unchanged(scratch)
-    rc, out, err = run(capsys, "doctor", "--site", case.name, "--no-nccl-probe")
+    rc, out, err = run(capsys, "doctor", "--site", case.name, "--no-probe")
     assert rc == 2, (out, err)
     _assert_names_file_and_key(case, path, err)
     unchanged.check()
