@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from torchmpi import paths, spackrun
+from torchmpi import offsite, paths, spackrun
 from torchmpi.cli import main
+from torchmpi.errors import UserError
 from torchmpi.lock import Lock
 
 LOCK = {
@@ -114,14 +115,113 @@ def test_lock_reader(tmp_path: Path) -> None:
     assert [n.label for n in lock.externals] == ["cray-mpich@8.1.27"]
 
 
+def _site_like(tmp: Path, root: str = "glade") -> dict:
+    """A site whose paths all live under ``tmp``: compiler, MPI, CUDA, install tree."""
+    base = tmp / root
+    return {
+        "compilers": [{"spec": "gcc@12.2.0", "prefix": str(base / "apps/gcc"),
+                       "languages": {"c": str(base / "apps/gcc/bin/gcc")}}],
+        "mpi": {"kind": "cray-mpich", "prefix": str(base / "opt/cray/pe/mpich")},
+        "gpu": {"cuda": {"spec": "cuda@12.2.1", "prefix": str(base / "apps/cuda")}},
+        "install": {"root": str(base / "work/$user/install")},
+    }
+
+
 def test_offsite_install_tree(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("SPACK_USER_CACHE_PATH", str(tmp_path))
     monkeypatch.delenv("PSCRATCH", raising=False)
     assert spackrun.offsite_install_args({}, "x") == []
     args = spackrun.offsite_install_args({"install": {"root": "$PSCRATCH/sw"}}, "pm")
     assert args == ["-c", f"config:install_tree:root:{tmp_path}/offsite-store/pm"]
-    monkeypatch.setenv("PSCRATCH", str(tmp_path))
-    assert spackrun.offsite_install_args({"install": {"root": "$PSCRATCH/sw"}}, "pm") == []
+
+
+def test_onsite_detection_is_not_fooled_by_a_created_directory(tmp_path: Path,
+                                                               monkeypatch) -> None:
+    """Creating the install tree's top directory (as a test once created /glade)
+    does not make this host the site; the site's compiler and externals do.
+    (The old rule -- the first two parts of the install root are a directory --
+    called this host the site as soon as that directory existed.)"""
+    monkeypatch.setenv("SPACK_USER_CACHE_PATH", str(tmp_path / "cache"))
+    data = _site_like(tmp_path)
+    (tmp_path / "glade" / "work").mkdir(parents=True)
+    assert not offsite.on_site(data)
+    assert spackrun.offsite_install_args(data, "d"), "a created directory is no evidence"
+    assert [p.name for p in offsite.missing(data)] == ["gcc", "mpich", "cuda"]
+    # The site's own paths, all of them: now this host is the site.
+    gcc = Path(data["compilers"][0]["languages"]["c"])
+    gcc.parent.mkdir(parents=True)
+    gcc.touch()
+    for entry in (data["mpi"], data["gpu"]["cuda"]):
+        Path(entry["prefix"]).mkdir(parents=True)
+    assert offsite.on_site(data)
+    assert spackrun.offsite_install_args(data, "d") == []
+    # A site file that names no path at all cannot be recognised.
+    assert not offsite.on_site({"install": {"root": str(tmp_path)}})
+
+
+def test_compiler_contradicting_the_site_file_is_an_error_on_site(tmp_path: Path) -> None:
+    """On the site, a gcc whose binary reports another version than the site
+    file states is refused before any solve (Spack would record the stated one)."""
+    import shutil
+
+    real = shutil.which("gcc")
+    if not real:
+        pytest.skip("no gcc on this host")
+    found = offsite.compiler_version(Path(real))
+    data = _site_like(tmp_path)
+    data["compilers"][0]["languages"]["c"] = real
+    for entry in (data["mpi"], data["gpu"]["cuda"]):
+        Path(entry["prefix"]).mkdir(parents=True)
+    data["compilers"][0]["spec"] = f"gcc@{found}"
+    offsite.check_compilers(data, tmp_path / "x.yaml")  # agrees: no error
+    data["compilers"][0]["spec"] = "gcc@1.2.3"
+    with pytest.raises(UserError) as err:
+        offsite.check_compilers(data, tmp_path / "x.yaml")
+    assert f"x.yaml: compilers[0].spec: states gcc@1.2.3, but {real} reports {found}" in str(
+        err.value)
+
+
+def test_offsite_lock_is_labelled_a_preview(fake_spack: Path, capsys) -> None:
+    """Derecho solved here: the summary says it is a preview and lists what differs."""
+    lock = json.loads(json.dumps(LOCK))
+    for spec in lock["concrete_specs"].values():
+        spec["arch"]["platform_os"] = "debian12"
+    lock["concrete_specs"]["g"] = {"name": "glibc", "version": "2.36",
+                                   "arch": {"target": "x86_64", "platform_os": "debian12"},
+                                   "external": {"path": "/usr"}}
+    (fake_spack / "lock.json").write_text(json.dumps(lock))
+    assert main(["concretize", "derecho", "-o", str(fake_spack / "env"), "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "(OFF-SITE PREVIEW)" in out.splitlines()[0]
+    assert "os: the lock says debian12" in out
+    assert "libc: the lock has glibc@2.36" in out
+    assert "compiler: the site's gcc@12.2.0 cannot run here" in out
+    assert main(["concretize", "derecho", "-o", str(fake_spack / "env"), "-q", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["offsite_preview"] is True and data["offsite_differences"]
+
+
+def test_runtime_only_change_keeps_the_lock(fake_spack: Path, capsys, monkeypatch) -> None:
+    """Changing only runtime.env re-renders the files but does not force a
+    re-solve; a change the solver reads (packages) does."""
+    out = fake_spack / "env"
+    site = fake_spack / "sites" / "derecho.yaml"
+    site.parent.mkdir()
+    text = (paths.sites_dir() / "derecho.yaml").read_text()
+    site.write_text(text)
+    assert main(["concretize", str(site), "-o", str(out), "-q"]) == 0
+    assert _argv(fake_spack)[-1].endswith("concretize -f")
+    runtime_change = text.replace("\n  env:\n", "\n  env:\n    NCCL_DEBUG_SUBSYS: INIT\n", 1)
+    assert runtime_change != text
+    site.write_text(runtime_change)
+    assert main(["concretize", str(site), "-o", str(out), "-q"]) == 0
+    assert "NCCL_DEBUG_SUBSYS=INIT" in (out / "runtime.sh").read_text(), "re-rendered"
+    assert _argv(fake_spack)[-1].endswith("concretize"), "no -f for a runtime-only change"
+    site.write_text(runtime_change.replace("version: 2.21.5-1", "version: 2.27.7-1")
+                    .replace("plugin: 1.6.0", "plugin: 1.19.0"))
+    assert main(["concretize", str(site), "-o", str(out), "-q"]) == 0
+    assert _argv(fake_spack)[-1].endswith("concretize -f"), "packages changed: full re-solve"
+    capsys.readouterr()
 
 
 def test_roots_paired_with_another_roots_hash_are_refused(fake_spack: Path, capsys) -> None:

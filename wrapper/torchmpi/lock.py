@@ -29,6 +29,7 @@ class Node:
     version: str
     namespace: str
     target: str
+    os: str
     variants: dict[str, Any]
     external: bool
     external_path: str | None
@@ -61,6 +62,7 @@ class Lock:
                 version=str(spec.get("version", "?")),
                 namespace=spec.get("namespace", ""),
                 target=str(target or ""),
+                os=str(arch.get("platform_os") or ""),
                 variants=spec.get("parameters") or {},
                 external=bool(spec.get("external")),
                 external_path=(spec.get("external") or {}).get("path"),

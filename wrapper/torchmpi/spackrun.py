@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from torchmpi import paths
+from torchmpi import offsite, paths
 from torchmpi.errors import UserError
 
 
@@ -94,22 +94,22 @@ def run_streaming(
 
 
 def offsite_install_args(site_data: dict, cache_key: str) -> list[str]:
-    """``-c`` override of the install tree when the site's own is not on this host.
+    """``-c`` override of the install tree when this host is not the site.
 
     Spack opens (and creates) the install tree while concretizing, to look for
     reusable installs.  Solving Derecho's environment on a laptop would create
     /glade/work/<user>/... or a literal ``$PSCRATCH`` directory; a private
-    store under the user cache is used instead.  On the site itself the
-    configured tree exists and is left alone, so the solve reuses its installs.
+    store under the user cache is used instead.  Whether this host is the site
+    is decided by the paths the site file names (:func:`torchmpi.offsite.on_site`),
+    never by a directory that anyone could have created.  On the site the
+    configured tree is left alone, so the solve reuses its installs.
     """
     root = (site_data.get("install") or {}).get("root")
     if not root:
         return []
     user = os.environ.get("USER") or os.environ.get("LOGNAME") or "user"
     expanded = os.path.expandvars(root.replace("${user}", user).replace("$user", user))
-    parts = Path(expanded).parts
-    on_site = "$" not in expanded and len(parts) > 1 and Path(*parts[:2]).is_dir()
-    if on_site:
+    if "$" not in expanded and offsite.on_site(site_data):
         return []
     store = Path(environ()["SPACK_USER_CACHE_PATH"]) / "offsite-store" / cache_key
     return ["-c", f"config:install_tree:root:{store}"]

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from pathlib import Path
 
+import yaml
+
+from torchmpi import offsite, spackrun, writable
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
-from torchmpi import spackrun, writable
 from torchmpi.lock import Lock
 
 EXAMPLE = """\
@@ -53,20 +56,42 @@ def _failure_reason(lines: list[str]) -> str:
     return "\n".join(lines[-40:])
 
 
+#: Written beside spack.lock after a solve: the digest of the solver's inputs.
+SOLVED_INPUTS = ".torchmpi-solve-inputs"
+
+
+def solve_inputs(outdir: Path) -> str:
+    """sha256 of what the solver reads from the rendered environment.
+
+    spack.yaml without ``env_vars`` (job-time variables, applied on
+    ``spack env activate``) and packages.yaml.  modules.yaml and runtime.sh are
+    not read by the solver at all.  So a site change confined to ``runtime``
+    re-renders files but leaves this digest, and the lock, as they were.
+    """
+    parts = {}
+    for name in ("spack.yaml", "packages.yaml"):
+        path = outdir / name
+        data = yaml.safe_load(path.read_text()) if path.is_file() else None
+        if name == "spack.yaml" and isinstance(data, dict):
+            data.get("spack", {}).pop("env_vars", None)
+        parts[name] = data
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def _lock_is_stale(outdir: Path) -> bool:
-    """Whether spack.lock predates a rendered file.
+    """Whether spack.lock was solved from other inputs than the rendered files.
 
     Spack re-solves only when the root specs change: an edited packages.yaml
     (new external, other MPI) leaves a lock it calls up to date, and a changed
     root under ``unify: true`` makes a partial re-solve fail against the old
     DAG ("Couldn't concretize without changing the existing environment").
-    Either way the answer is a full re-solve (``-f``).
+    Either way the answer is a full re-solve (``-f``) -- but only when the
+    solver's inputs changed (:func:`solve_inputs`), not for runtime variables.
     """
-    lock = outdir / "spack.lock"
-    if not lock.is_file():
+    lock, record = outdir / "spack.lock", outdir / SOLVED_INPUTS
+    if not lock.is_file() or not record.is_file():
         return True
-    newest = max((outdir / f).stat().st_mtime for f in renderer.FILES if (outdir / f).is_file())
-    return newest > lock.stat().st_mtime
+    return record.read_text().strip() != solve_inputs(outdir)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     # Before the solve, not after it: Spack writes spack.lock at the very end.
     writable.check_dir(outdir, "-o/--output" if args.output else "environment directory")
     spackrun.executable()  # a missing Spack is reported now, not after rendering
+    offsite.check_compilers(site.data, site.path)  # on the site: versions as stated
     files = renderer.render(site, outdir)
     if renderer.diff(outdir, files):
         result = renderer.write(outdir, files, force=args.force)
@@ -82,11 +108,11 @@ def run(args: argparse.Namespace) -> int:
     echo = (lambda _line: None) if args.quiet else (lambda line: print(line, file=sys.stderr))
     print(f"==> concretizing {site.name} in {outdir} (this takes minutes)", file=sys.stderr)
     fresh = args.fresh or _lock_is_stale(outdir)
-    offsite = spackrun.offsite_install_args(site.data, site.name)
-    if offsite:
+    store = spackrun.offsite_install_args(site.data, site.name)
+    if store:
         print(f"==> {site.data['install']['root']} is not on this host: solving against a"
               " private install tree instead (no reuse of site installs)", file=sys.stderr)
-    spack_args = [*offsite, "-e", str(outdir), "concretize"] + (["-f"] if fresh else [])
+    spack_args = [*store, "-e", str(outdir), "concretize"] + (["-f"] if fresh else [])
     rc, lines, seconds = spackrun.run_streaming(spack_args, echo)
     if rc != 0:
         reason = _failure_reason(lines)
@@ -95,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"torchmpi concretize: Spack could not concretize {site.name} (exit {rc},"
               f" {seconds:.0f} s):\n{reason}", file=sys.stderr)
         return 1
+    (outdir / SOLVED_INPUTS).write_text(solve_inputs(outdir) + "\n")
     lock = Lock(outdir / "spack.lock")
     wrong = lock.root_mismatches()
     if wrong:
@@ -104,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     summary = lock.summary()
     summary.update(site=site.name, seconds=round(seconds, 1), lock=str(outdir / "spack.lock"))
+    differs = offsite.differences(site.data, lock)
+    summary.update(offsite_preview=bool(differs), offsite_differences=differs)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -127,4 +156,11 @@ def format_summary(s: dict) -> str:
     ]
     width = max(len(k) for k, _ in rows)
     head = f"site {s['site']}: concretized -> {s['lock']}"
-    return "\n".join([head] + [f"  {k:<{width}}  {v}" for k, v in rows])
+    lines = [head] + [f"  {k:<{width}}  {v}" for k, v in rows]
+    if s.get("offsite_preview"):
+        lines[0] += "  (OFF-SITE PREVIEW)"
+        lines.append("  solved away from the site; on its login node this lock would differ in:")
+        lines += [f"    - {line}" for line in s["offsite_differences"]]
+        lines.append("  re-run `torchmpi concretize` on the site before installing "
+                     "(docs/sites.md)")
+    return "\n".join(lines)
