@@ -7,13 +7,16 @@ No GPU found means a CPU-only build: detection never guesses a CUDA arch.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import archspec.cpu
+import yaml
 
 
 def _run(*cmd: str) -> str | None:
@@ -92,7 +95,53 @@ def gcc() -> dict[str, Any] | None:
     return {"spec": f"gcc@{version}", "prefix": prefix, "languages": paths}
 
 
-def report() -> dict[str, Any]:
+#: Packages `spack external find` reports that the local site does not reuse.
+EXCLUDED_EXTERNALS = {
+    # py-torch and its py-* dependencies install into Spack's own python; a
+    # distribution python (no pip/venv module on Debian, its own site-packages)
+    # is a fragile base for extensions.
+    "python": "Spack builds python for the py-* stack",
+    # Spack's docs warn against an external binutils next to Spack-built
+    # compilers and linkers; nothing here needs it.
+    "binutils": "an external binutils can shadow the compiler's linker",
+}
+
+
+@functools.lru_cache(maxsize=1)
+def build_tools() -> tuple[dict[str, Any], ...]:
+    """The host's build tools and core libraries as site ``externals`` entries.
+
+    Detection is Spack's own (``spack external find``, its default build-tools
+    and core-packages tags), run with a throw-away user scope so that nothing
+    is written to the project's or the user's configuration.
+    """
+    from torchmpi import spackrun
+    from torchmpi.errors import UserError
+
+    with tempfile.TemporaryDirectory(prefix="torchmpi-external-find-") as tmp:
+        (Path(tmp) / "repos.yaml").write_text(
+            "repos:\n  builtin: ${TORCHMPI_BUILTIN_REPO}\n")
+        env = dict(spackrun.environ(), SPACK_USER_CONFIG_PATH=tmp)
+        argv = [str(spackrun.executable()), "external", "find", "--scope", "user",
+                *(f"--exclude={name}" for name in EXCLUDED_EXTERNALS)]
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False,
+                              timeout=600)
+        found = Path(tmp) / "packages.yaml"
+        if proc.returncode != 0:
+            raise UserError("externals: auto: `spack external find` failed:\n"
+                            + (proc.stderr or proc.stdout)[-2000:])
+        packages = (yaml.safe_load(found.read_text()) or {}).get("packages", {}) \
+            if found.is_file() else {}
+    out = []
+    for name in sorted(packages):
+        if name in EXCLUDED_EXTERNALS:
+            continue
+        for entry in packages[name].get("externals") or []:
+            out.append({"spec": entry["spec"], "prefix": entry["prefix"]})
+    return tuple(out)
+
+
+def report(externals: bool = False) -> dict[str, Any]:
     """Everything ``torchmpi detect`` prints."""
     found = gpus()
     return {
@@ -103,6 +152,7 @@ def report() -> dict[str, Any]:
         "cray_pe": cray_pe(),
         "mpi": mpi_on_path(),
         "gcc": gcc(),
+        **({"externals": list(build_tools())} if externals else {}),
     }
 
 
@@ -144,6 +194,10 @@ def _fill_mpi_kind(site: Any, data: dict[str, Any], facts: dict[str, Any]) -> No
     data["mpi"] = dict(data["mpi"], **_local_mpi(bool(data.get("gpu")), facts["mpi"]))
 
 
+def _fill_externals(site: Any, data: dict[str, Any], facts: dict[str, Any]) -> None:
+    data["externals"] = [dict(e) for e in build_tools()]
+
+
 #: How each key of :data:`torchmpi.site.AUTO_KEYS` is filled in; a test checks
 #: that the two name the same keys, so a new auto-able key cannot be forgotten here.
 FILLERS = {
@@ -151,6 +205,7 @@ FILLERS = {
     "compilers": _fill_compilers,
     "gpu": _fill_gpu,
     "mpi.kind": _fill_mpi_kind,
+    "externals": _fill_externals,
 }
 
 

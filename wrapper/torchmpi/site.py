@@ -43,7 +43,7 @@ LOCAL = "local"
 
 #: Keys (dotted paths) that the local site may set to ``auto``, in the order
 #: :func:`torchmpi.detect.fill_in` replaces them (the MPI choice depends on the GPU).
-AUTO_KEYS = ("target", "compilers", "gpu", "mpi.kind")
+AUTO_KEYS = ("target", "compilers", "gpu", "mpi.kind", "externals")
 
 
 def _get(data: dict[str, Any], dotted: str) -> Any:

@@ -13,6 +13,7 @@ example:
   target (archspec)  zen3
   GPUs               NVIDIA A100-SXM4-40GB (sm_80), ...
   $ torchmpi detect --json > host.json
+  $ torchmpi detect --externals          # also the build tools Spack finds here
 """
 
 
@@ -28,13 +29,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
         epilog=EXAMPLE,
     )
+    p.add_argument("--externals", action="store_true",
+                   help="also list the host's build tools as Spack finds them "
+                   "(`spack external find`, ~15 s): what the local site's "
+                   "`externals: auto` reuses")
     p.add_argument("--json", action="store_true",
                    help="machine-readable output on stdout (one JSON object)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    facts = detect.report()
+    facts = detect.report(externals=args.externals)
     if args.json:
         print(json.dumps(facts, indent=2, sort_keys=True))
         return 0
@@ -51,6 +56,12 @@ def run(args: argparse.Namespace) -> int:
         ("MPI on PATH", f"{mpi['launcher']}: {mpi['version']}" if mpi else "none"),
         ("compiler", f"{gcc['spec']} at {gcc['prefix']}" if gcc else "no gcc/g++/gfortran"),
     ]
+    if args.externals:
+        found = facts["externals"]
+        excluded = ", ".join(detect.EXCLUDED_EXTERNALS)
+        rows.append(("externals",
+                     f"{len(found)} found by `spack external find` (excluded: {excluded})"))
+        rows += [("", f"{e['spec'].split()[0]} at {e['prefix']}") for e in found]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
