@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import jsonschema
 import yaml
@@ -45,6 +45,39 @@ class Site:
     @property
     def cuda_arch(self) -> str | None:
         return str(self.gpu["cuda_arch"]) if self.gpu else None
+
+    #: The keys that may be ``auto`` (detected on this host), as dotted paths.
+    AUTO_KEYS: ClassVar[tuple[str, ...]] = ("target", "gpu", "compilers", "mpi.kind")
+
+    @property
+    def auto_keys(self) -> list[str]:
+        """The keys this site file leaves to detection (``auto`` as written, before fill-in)."""
+        written = yaml.safe_load(self.raw) if self.raw else self.data
+        out = []
+        for key in self.AUTO_KEYS:
+            top, _, sub = key.partition(".")
+            value = written.get(top)
+            value = value.get(sub) if sub and isinstance(value, dict) else value
+            if value == "auto":
+                out.append(key)
+        return out
+
+    @property
+    def is_local(self) -> bool:
+        """Whether this site describes the host that renders it (some of it is detected).
+
+        Such a site's rendering depends on the host, so it is never committed,
+        and its target is this host's (no cross-target settings needed).
+        """
+        return bool(self.auto_keys)
+
+    @property
+    def cross_family(self) -> bool:
+        """Whether the site's CPU family differs from this host's (e.g. aarch64 from x86_64)."""
+        import archspec.cpu
+
+        target = archspec.cpu.TARGETS.get(str(self.data.get("target")))
+        return target is not None and target.family != archspec.cpu.host().family
 
     def summary(self) -> str:
         """One line for ``torchmpi sites``."""
@@ -209,6 +242,7 @@ def _semantic_errors(data: dict[str, Any]) -> list[tuple[tuple, str]]:
             f"must be {switch} here: mpi.cuda_aware is {str(switch == '1').lower()}, so torch"
             f" {gtl}; the switch and GTL go together or not at all (to run without GPU-aware"
             " MPI, e.g. for CSCS's MPI-with-NCCL deadlock warning, set mpi.cuda_aware: false)")))
+    errors.extend(runtime.problems(data))  # `$` references, set-and-prepend
     if data.get("name") == "local":
         return errors
     for key in ("target", "gpu", "compilers", "mpi.kind"):

@@ -6,8 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from torchmpi import paths
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
+from torchmpi.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,12 +20,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 with a diff if DIR differs from a fresh render")
     p.add_argument("--force", action="store_true",
-                   help="overwrite files that were edited by hand")
+                   help="overwrite files edited by hand or rendered from another site file")
     p.set_defaults(func=run)
+
+
+def _in_sites_dir(path: Path) -> bool:
+    """Whether a site file is (really, after symlinks) one of the checkout's sites/."""
+    try:
+        path.resolve().relative_to(paths.sites_dir().resolve())
+    except ValueError:
+        return False
+    return True
 
 
 def run(args: argparse.Namespace) -> int:
     site = sitemod.load(args.site)
+    if args.output is None and not _in_sites_dir(site.path):
+        raise UserError(
+            f"{site.path}: not a file under {paths.sites_dir()} (or a link to one outside it);"
+            " environments/ holds only the checkout's own sites. Give the output directory"
+            " with -o DIR, or copy the file into sites/"
+        )
     outdir = args.output or renderer.default_outdir(site)
     files = renderer.render(site, outdir)
     if args.check:
