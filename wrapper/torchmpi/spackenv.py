@@ -17,7 +17,7 @@ from torchmpi.site import Site
 from torchmpi.yamltext import Block, Part, comment
 
 
-def _pkg_name(spec: str) -> str:
+def package_name(spec: str) -> str:
     return re.split(r"[@%+~ ^]", spec.strip(), maxsplit=1)[0]
 
 
@@ -59,7 +59,8 @@ def externals(site: Site) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
 
     def add(ext: dict[str, Any], buildable: bool) -> None:
-        entry = out.setdefault(_pkg_name(ext["spec"]), {"buildable": buildable, "externals": []})
+        name = package_name(ext["spec"])
+        entry = out.setdefault(name, {"buildable": buildable, "externals": []})
         entry["buildable"] = bool(ext.get("buildable", entry["buildable"]))
         item: dict[str, Any] = {"spec": ext["spec"]}
         if ext.get("prefix"):
