@@ -8,17 +8,13 @@ specs, why an external is ``name::``) sits next to the code that applies it.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 from torchmpi import paths, runtime
+from torchmpi.lock import root_name as package_name
 from torchmpi.site import Site
 from torchmpi.yamltext import Block, Part, comment
-
-
-def package_name(spec: str) -> str:
-    return re.split(r"[@%+~ ^]", spec.strip(), maxsplit=1)[0]
 
 
 def roots(site: Site) -> list[str]:
