@@ -240,3 +240,10 @@ def test_wheel_ships_schema_and_fabric_data(tmp_path: Path) -> None:
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:2] == ["AWS Libfabric", "compilers"]
+
+
+def test_check_on_a_never_rendered_environment_says_so(tmp_path: Path, capsys) -> None:
+    assert main(["render", "--check", "derecho", "-o", str(tmp_path / "nope")]) == 1
+    captured = capsys.readouterr()
+    assert "was never rendered" in captured.err and captured.out == ""
+    assert not (tmp_path / "nope").exists()

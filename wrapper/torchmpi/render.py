@@ -118,7 +118,6 @@ def hand_edited(text: str) -> bool:
 @dataclass
 class Result:
     written: list[str]
-    unchanged: list[str]
 
 
 def diff(outdir: Path, files: dict[str, str]) -> str:
@@ -155,7 +154,7 @@ def write(outdir: Path, files: dict[str, str], force: bool = False) -> Result:
         raise UserError(f"{outdir}: cannot create the output directory: {err.strerror}") from None
     if not os.access(outdir, os.W_OK | os.X_OK):
         raise UserError(f"{outdir}: output directory is not writable")
-    changed, unchanged, edited, foreign = [], [], [], set()
+    changed, edited, foreign = [], [], set()
     for name, text in files.items():
         path = outdir / name
         try:
@@ -163,7 +162,6 @@ def write(outdir: Path, files: dict[str, str], force: bool = False) -> Result:
         except (OSError, UnicodeDecodeError):
             old = ""  # unreadable or not text: not ours, treat as edited
         if old == text:
-            unchanged.append(name)
             continue
         if old is not None and hand_edited(old):
             edited.append(name)
@@ -195,7 +193,7 @@ def write(outdir: Path, files: dict[str, str], force: bool = False) -> Result:
         raise UserError(f"{outdir}: cannot write: {err.strerror}") from None
     for tmp, dest in temps:
         os.replace(tmp, dest)
-    return Result(written=changed, unchanged=unchanged)
+    return Result(written=changed)
 
 
 def default_outdir(site: Site) -> Path:

@@ -44,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
     outdir = args.output or renderer.default_outdir(site)
     files = renderer.render(site, outdir)
     if args.check:
+        if not any((outdir / name).is_file() for name in files):
+            print(f"torchmpi render --check: {outdir} was never rendered (no {', '.join(files)});"
+                  f" run `torchmpi render {args.site}`", file=sys.stderr)
+            return 1
         text = renderer.diff(outdir, files)
         if text:
             sys.stdout.write(text)
