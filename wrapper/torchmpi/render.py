@@ -45,10 +45,13 @@ _SITE_RE = re.compile(r"^# Rendered by torchmpi \S+ from (.+?); do not edit by h
 
 def site_label(site: Site) -> str:
     """The site file as the header names it: relative to the checkout, else its file name."""
-    try:
-        return site.path.absolute().relative_to(paths.root()).as_posix()
-    except ValueError:
-        return site.path.name
+    root = paths.root()
+    for path, base in ((site.path.absolute(), root), (site.path.resolve(), root.resolve())):
+        try:
+            return path.relative_to(base).as_posix()
+        except ValueError:
+            continue
+    return site.path.name
 
 
 def header(site: Site, body: str) -> str:
