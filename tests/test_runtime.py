@@ -179,3 +179,25 @@ def test_variable_both_set_and_prepended_is_rejected(tmp_path: Path, capsys) -> 
 def test_shell_name_guard() -> None:
     with pytest.raises(UserError, match="not a shell variable name"):
         runtime.shell_lines(runtime.Runtime(set={"A B": "1"}))
+
+
+@pytest.mark.spack
+def test_spack_env_activate_applies_prepend_append_like_runtime_sh(spack, tmp_path: Path) -> None:
+    """Real Spack: `spack env activate` of the rendered env_vars == sourcing runtime.sh."""
+    site = _paths_site(tmp_path)
+    env_dir = tmp_path / "tree" / "environments" / "generic-ib"
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "spack_repo").symlink_to(paths.root() / "spack_repo")
+    files = renderer.render(site, env_dir)
+    renderer.write(env_dir, files)
+    job = {"LD_LIBRARY_PATH": "/usr/lib/a", "PYTHONPATH": "/home/me/py"}
+    proc = subprocess.run([str(spack.exe), "env", "activate", "--sh", str(env_dir)],
+                          env=dict(spack.env, **job), capture_output=True, text=True,
+                          check=True)
+    script = tmp_path / "activate.sh"
+    script.write_text(proc.stdout)
+    activated = sourced(script.read_text(), tmp_path, before=job)
+    from_sh = sourced(files["runtime.sh"], tmp_path, before=job)
+    names = set(from_sh)
+    assert {"LD_LIBRARY_PATH", "PYTHONPATH", "NCCL_DEBUG"} <= names
+    assert {k: activated.get(k) for k in names} == from_sh
