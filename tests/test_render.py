@@ -195,7 +195,8 @@ def test_symlink_in_sites_pointing_outside_is_refused(checkout: Path, tmp_path: 
                       .replace("name: derecho", "name: linked"))
     (checkout / "sites" / "linked.yaml").symlink_to(target)
     assert main(["render", "linked"]) == 2
-    assert "not a file under" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "not a file under" in err and f"a link to {target}" in err
     assert not (checkout / "environments" / "linked").exists()
 
 

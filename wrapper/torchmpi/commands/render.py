@@ -36,10 +36,12 @@ def _in_sites_dir(path: Path) -> bool:
 def run(args: argparse.Namespace) -> int:
     site = sitemod.load(args.site)
     if args.output is None and not _in_sites_dir(site.path):
+        real = site.path.resolve()
+        link = f" (a link to {real})" if real != site.path.absolute() else ""
         raise UserError(
-            f"{site.path}: not a file under {paths.sites_dir()} (or a link to one outside it);"
-            " environments/ holds only the checkout's own sites. Give the output directory"
-            " with -o DIR, or copy the file into sites/"
+            f"{site.path}{link}: not a file under {paths.sites_dir()}, and environments/"
+            " holds only the checkout's own sites; give the output directory with -o DIR,"
+            " or copy the file into sites/"
         )
     outdir = args.output or renderer.default_outdir(site)
     files = renderer.render(site, outdir)
