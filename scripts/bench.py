@@ -29,12 +29,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "wrapper"))
 
+from torchmpi import paths, spackrun  # noqa: E402
 from torchmpi import render as renderer  # noqa: E402
 from torchmpi import site as sitemod  # noqa: E402
-from torchmpi import spackrun  # noqa: E402
 from torchmpi.lock import Lock  # noqa: E402
 
-SITES = ["local", "derecho", "perlmutter", "alps-gh200", "generic-ib"]
 NO_CACHE = ["-c", "concretizer:concretization_cache:enable:false"]
 
 
@@ -54,10 +53,10 @@ def prepare(tree: Path, name: str) -> tuple[Path, Path, sitemod.Site]:
     site = sitemod.load(name)
     env_dir = tree / "environments" / name
     shutil.rmtree(env_dir, ignore_errors=True)
-    if name == "local":
+    if site.is_local:
         renderer.write(env_dir, renderer.render(site, env_dir))
     else:
-        shutil.copytree(ROOT / "environments" / name, env_dir,
+        shutil.copytree(paths.environments_dir() / name, env_dir,
                         ignore=shutil.ignore_patterns("spack.lock", ".spack-env"))
     scope = tree / "bare" / name
     scope.mkdir(parents=True, exist_ok=True)
@@ -76,7 +75,7 @@ def bench_site(tree: Path, name: str) -> dict:
     print(f"[{name}] re-concretize unchanged ...", file=sys.stderr, flush=True)
     again_s, _ = spack(*store, "-e", str(env_dir), "concretize")
     bare_spec = "builtin.py-torch" + (f" +cuda cuda_arch={site.cuda_arch}" if site.gpu else "")
-    if name != "local":  # as in the environment's roots (cross-target solves need it)
+    if not site.is_local:  # as in the environment's roots (spackenv.roots)
         bare_spec += f" target={site.data['target']}"
     print(f"[{name}] bare: spack spec {bare_spec} ...", file=sys.stderr, flush=True)
     bare_s, proc = spack(*NO_CACHE, "-C", str(scope), "spec", "--json", bare_spec)
@@ -113,14 +112,15 @@ def table(rows: list[dict]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("sites", nargs="*", default=SITES)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench-out")
+    parser.add_argument("sites", nargs="*", default=sitemod.available(),
+                        help="site names (default: every site file under sites/)")
+    parser.add_argument("--out", type=Path, default=paths.root() / "bench-out")
     args = parser.parse_args()
     tree = args.out / "tree"
     tree.mkdir(parents=True, exist_ok=True)
     link = tree / "spack_repo"
     if not link.exists():
-        link.symlink_to(ROOT / "spack_repo")
+        link.symlink_to(paths.root() / "spack_repo")
     rows = []
     for name in args.sites:
         rows.append(bench_site(tree, name))

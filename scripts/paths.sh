@@ -2,6 +2,8 @@
 #
 # TORCHMPI_ROOT must be set by the caller.  Everything Spack needs lives in a
 # cache outside the checkout so that every clone on a machine reuses one copy.
+# The Python side (wrapper/torchmpi/paths.py: spackrun, bench, the tests)
+# applies the same rules to the same pins file; tests/test_paths.py compares them.
 . "$TORCHMPI_ROOT/scripts/pins.sh"
 TORCHMPI_CACHE="${TORCHMPI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/torchmpi}"
 if [ -n "${TORCHMPI_SPACK_ROOT:-}" ]; then

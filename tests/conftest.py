@@ -20,20 +20,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from torchmpi import paths
 
-ROOT = Path(__file__).resolve().parents[1]
-PINS = dict(
-    line.split("=", 1)
-    for line in (ROOT / "scripts" / "pins.sh").read_text().splitlines()
-    if "=" in line and not line.startswith("#")
-)
-
-
-def _cache_dir() -> Path:
-    if os.environ.get("TORCHMPI_CACHE"):
-        return Path(os.environ["TORCHMPI_CACHE"])
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "torchmpi"
+ROOT = paths.root()
 
 
 class Spack:
@@ -106,15 +95,7 @@ class Spack:
 @pytest.fixture(scope="session")
 def spack(tmp_path_factory: pytest.TempPathFactory) -> Spack:
     """The pinned Spack with the torchmpi and builtin repos, one per session."""
-    cache = _cache_dir()
-    root = Path(
-        os.environ.get("TORCHMPI_SPACK_ROOT") or cache / f"spack-{PINS['TORCHMPI_SPACK_TAG']}"
-    )
-    packages = Path(
-        os.environ.get("TORCHMPI_PACKAGES_ROOT")
-        or cache / f"spack-packages-{PINS['TORCHMPI_SPACK_PACKAGES_TAG']}"
-    )
-    builtin = packages / "repos" / "spack_repo" / "builtin"
+    root, builtin = paths.spack_root(), paths.builtin_repo()
     missing = [p for p in (root / "bin" / "spack", builtin / "repo.yaml") if not p.exists()]
     if missing:
         msg = f"pinned Spack not set up ({', '.join(map(str, missing))} missing): run make setup"
@@ -132,7 +113,8 @@ def spack(tmp_path_factory: pytest.TempPathFactory) -> Spack:
     (config / "concretizer.yaml").write_text(
         "concretizer:\n  concretization_cache:\n    enable: false\n"
     )
-    user_cache = Path(os.environ.get("TORCHMPI_TEST_USER_CACHE") or cache / "user-cache")
+    # A private user cache on request (parallel sessions), else the shared one.
+    user_cache = Path(os.environ.get("TORCHMPI_TEST_USER_CACHE") or paths.user_cache())
     user_cache.mkdir(parents=True, exist_ok=True)
     return Spack(root, builtin, config, user_cache)
 

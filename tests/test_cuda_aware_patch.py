@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PINS, _cache_dir
+from torchmpi import paths
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "process_group_mpi"
@@ -126,11 +126,7 @@ def test_fixture_header_names_tag_commit_path(name: str) -> None:
 @pytest.mark.parametrize("name", [n for n in ALL if n.startswith("v")])
 def test_fixture_commit_is_builtin_py_torch(name: str) -> None:
     """The tag and commit are those the pinned builtin py-torch builds."""
-    packages = Path(
-        os.environ.get("TORCHMPI_PACKAGES_ROOT")
-        or _cache_dir() / f"spack-packages-{PINS['TORCHMPI_SPACK_PACKAGES_TAG']}"
-    )
-    builtin = packages / "repos/spack_repo/builtin/packages/py_torch/package.py"
+    builtin = paths.builtin_repo() / "packages" / "py_torch" / "package.py"
     if not builtin.exists():
         pytest.skip(f"{builtin} missing: run make setup")
     fields, _ = _header(name)

@@ -24,6 +24,7 @@ import pytest
 from torchmpi import paths, runtime
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
+from torchmpi.lock import root_name
 
 pytestmark = pytest.mark.spack
 
@@ -266,7 +267,7 @@ def test_module_avail_shows_only_what_a_user_picks(spack, deployed, name) -> Non
                    and not line.startswith("/") and ":" not in line and not line.endswith("/"))
     visible = {n.split("/")[0] for n in names}
     expected = {mpi.split("/")[0], "py-torch-mpi"} | {
-        renderer._pkg_name(s) for s in dep.site.data.get("extra_specs", [])}
+        root_name(s) for s in dep.site.data.get("extra_specs", [])}
     assert visible == expected, out
     torch = [n for n in names if n.startswith("py-torch-mpi/")]
     assert len(torch) == 1 and torch[0].count("/") == 1, names

@@ -143,8 +143,8 @@ def test_check_catches_drift(tmp_path: Path, capsys) -> None:
     capsys.readouterr()
     assert main(["render", "--check", str(site_copy), "-o", str(out)]) == 1
     captured = capsys.readouterr()
-    assert "-    - \"cray-mpich@8.1.27\"" in captured.out
-    assert "+    - \"cray-mpich@8.1.29\"" in captured.out
+    assert "-    - cray-mpich@8.1.27\n" in captured.out
+    assert "+    - cray-mpich@8.1.29\n" in captured.out
     assert "differs from a fresh render" in captured.err
 
 

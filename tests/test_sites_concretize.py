@@ -21,7 +21,7 @@ from torchmpi import paths
 from torchmpi import site as sitemod
 from torchmpi.lock import Lock
 
-SITES = ["local", "derecho", "perlmutter", "alps-gh200", "generic-ib"]
+SITES = sitemod.available()  # every site file; the host-detected ones are rendered here
 
 pytestmark = [pytest.mark.spack, pytest.mark.concretize]
 
@@ -40,10 +40,11 @@ def solved(spack, tmp_path_factory) -> dict[str, Solved]:
     (tree / "spack_repo").symlink_to(paths.root() / "spack_repo")
     for name in SITES:
         dest = tree / "environments" / name
-        if name == "local":  # per host, never committed: render it here
+        site = sitemod.load(name)
+        if site.is_local:  # per host, never committed: render it here
             from torchmpi import render as renderer
 
-            renderer.write(dest, renderer.render(sitemod.load("local"), dest))
+            renderer.write(dest, renderer.render(site, dest))
         else:
             shutil.copytree(paths.environments_dir() / name, dest,
                             ignore=shutil.ignore_patterns("spack.lock", ".spack-env"))

@@ -1,18 +1,19 @@
 # Rendered by torchmpi 0.1.0 from sites/alps-gh200.yaml; do not edit by hand:
 # change the site file and run `torchmpi render alps-gh200` (docs/sites.md).
 # spack v1.1.0, builtin spack-packages v2026.06.0
-# site-sha256: 57172b27fcc9130ef93af84be278cbf6c5570ed2591fab30550d9e5c7fe3de52
-# body-sha256: 26dc3cecaf3dfccd83a48257053e67f5f7ebfe7054337e9b92b0df3d9fee3a0e
-# Runtime variables for jobs on 'alps-gh200' (launcher: slurm).
+# site-sha256: 3e3acd3d75cf01f6b8be75f926ad5a238124fac1c5b5c0657aa530f0e79500bd
+# body-sha256: f972e16d874346caca7d2a6ad10aed8a0c9c9c81659a93d96734ab79d017f6e3
+# Runtime variables for jobs on 'alps-gh200' (launcher: slurm, fabric: slingshot).
 # Source this file in the job script; it changes nothing at build time.
-# Source: docs.cscs.ch/software/communication/nccl (2025) and eth-cscs/cscs-docs PR 75
+# fabric defaults (slingshot): HPE shs-ccl-docs ccl_env.sh (2026); HPE "Running NCCL-Based Applications" v1.1 (2024-03); docs.cscs.ch/software/communication/nccl (2025)
+# site values: docs.cscs.ch/software/communication/nccl (2025) and eth-cscs/cscs-docs PR 75
 export NCCL_NET='AWS Libfabric'
 export NCCL_CROSS_NIC=1
 export NCCL_NET_GDR_LEVEL=PHB
-export NCCL_PROTO='^LL128'
 export FI_MR_CACHE_MONITOR=userfaultfd
 export FI_CXI_DISABLE_HOST_REGISTER=1
 export FI_CXI_DEFAULT_CQ_SIZE=131072
+export NCCL_PROTO='^LL128'
 export FI_CXI_DEFAULT_TX_SIZE=16384
 export FI_CXI_RX_MATCH_MODE=software
 export MPICH_GPU_SUPPORT_ENABLED=0

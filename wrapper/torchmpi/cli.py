@@ -70,11 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(f"torchmpi.commands.{verb}")
         except ModuleNotFoundError as err:
-            if err.name == f"torchmpi.commands.{verb}":
-                continue  # verb not implemented in this checkout
             if (err.name or "torchmpi").split(".")[0] == "torchmpi":
                 raise
-            # A third-party dependency of one verb (jsonschema, jinja2, archspec)
+            # A third-party dependency of one verb (jsonschema, yaml, archspec)
             # is missing, as on a compute node with only py-torch-mpi installed:
             # the other verbs (doctor, allreduce) must still work.
             _register_unavailable(sub, verb, err.name)

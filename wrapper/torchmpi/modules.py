@@ -1,7 +1,7 @@
-"""Module layout of a site, as the templates need it.
+"""modules.yaml of a site: module layout, built as data.
 
-The runtime variables come from :func:`torchmpi.runtime.environment`, the one
-mapping runtime.sh, spack.yaml ``env_vars`` and the modules all render.
+The py-torch-mpi module's ``environment`` is :func:`torchmpi.runtime.resolve`,
+the one mapping runtime.sh and spack.yaml ``env_vars`` render too.
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from torchmpi import runtime
+from torchmpi.site import Site
+from torchmpi.yamltext import Block, Part, comment
 
 
 def projections(system: str) -> dict[str, str]:
@@ -26,18 +28,60 @@ def projections(system: str) -> dict[str, str]:
     }
 
 
-def context(data: dict[str, Any]) -> dict[str, Any]:
-    """Template values for modules.yaml (and the shared runtime variables)."""
-    install = data.get("install", {})
-    system = install.get("module_system", "lmod")
+def system(data: dict[str, Any]) -> str:
+    return (data.get("install") or {}).get("module_system", "lmod")
+
+
+def config(data: dict[str, Any]) -> dict[str, Any]:
+    """The ``<system>:`` mapping under ``modules: default:``."""
+    system_ = system(data)
+    out: dict[str, Any] = {}
+    if system_ == "lmod":
+        compilers = data["compilers"] if isinstance(data["compilers"], list) else []
+        out["core_compilers"] = [c["spec"] for c in compilers]
+        out["hierarchy"] = ["mpi"]
+    out["hash_length"] = 0
+    out["hide_implicits"] = True
+    out["all"] = {"autoload": "direct"}
+    out["projections"] = projections(system_)
+    env = runtime.resolve(data).spack()
+    if env:
+        out["py-torch-mpi"] = {"environment": env}
+    return out
+
+
+def parts(site: Site) -> tuple[list[Part], dict[str, Any]]:
+    """The modules.yaml text parts and the data they must load back to."""
+    data = site.data
+    system_ = system(data)
     mpi = data["mpi"]
     hint = mpi["kind"] + (f"/{mpi['version']}" if mpi.get("version") else "")
-    compilers = data["compilers"] if isinstance(data["compilers"], list) else []
-    return {
-        "system": system,
-        "root": install.get("modules_root"),
-        "core_compilers": [c["spec"] for c in compilers],
-        "projections": projections(system),
-        "env": runtime.environment(data),
-        "mpi_hint": f"module load {hint}" if system == "lmod" else f"built against {hint}",
-    }
+    hint = f"module load {hint}" if system_ == "lmod" else f"built against {hint}"
+    root = (data.get("install") or {}).get("modules_root")
+    default: dict[str, Any] = {}
+    if root:
+        default["roots"] = {system_: root}
+    # `enable::` (quoted key 'enable:') replaces the lower scopes' list.
+    default["enable:"] = [system_]
+    default[system_] = config(data)
+    expected = {"modules": {"default": default}}
+    text: list[Part] = [
+        comment(
+            f"Module files for '{site.name}' ({system_}).  One module a user picks:",
+            f"py-torch-mpi, under the site's MPI ({hint}).",
+            "Its `environment` is the site's runtime variables (fabric defaults and",
+            "`runtime` of the site file), the same spack.yaml's `env_vars` gives",
+            "`spack env activate`; it is applied after the autoloaded dependencies'",
+            "package defaults, so the site wins (docs/admins.md).",
+            "`enable:` (Spack's `enable::`) replaces the lower scopes' list.",
+        ),
+    ]
+    if system_ == "lmod":
+        text.append(comment(
+            "core_compilers is explicit, or Spack guesses and rewrites the file;",
+            "hierarchy: py-torch-mpi appears after its MPI module is loaded.",
+            "hide_implicits: dependencies get modules (autoload needs them) but",
+            "`module avail` hides them.",
+        ))
+    text.append(Block(expected))
+    return text, expected

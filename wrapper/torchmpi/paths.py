@@ -1,8 +1,23 @@
-"""Where the checkout's data lives (sites, templates, environments, pins).
+"""Where things live: the checkout's data, the pinned Spack and its caches.
+
+One resolver for every Python consumer (spackrun, bench, the test fixtures),
+with the rules of ``scripts/paths.sh``, which the shell side (setup-env.sh,
+get-spack.sh) sources; both read the pins from ``scripts/pins.sh``:
+
+* cache: ``$TORCHMPI_CACHE``, else ``${XDG_CACHE_HOME:-~/.cache}/torchmpi``;
+* Spack: ``$TORCHMPI_SPACK_ROOT``; else ``$SPACK_ROOT`` when it is another
+  Spack than the cached pinned one (an existing Spack, by request); else
+  ``<cache>/spack-<TORCHMPI_SPACK_TAG>``;
+* builtin packages: ``$TORCHMPI_PACKAGES_ROOT``, else
+  ``<cache>/spack-packages-<TORCHMPI_SPACK_PACKAGES_TAG>``; the builtin
+  repository is always ``repos/spack_repo/builtin`` below it;
+* Spack's user cache: ``$SPACK_USER_CACHE_PATH``, else ``<cache>/user-cache``.
 
 The wrapper is installed editable from the checkout, so the checkout root is
 two levels above this package; ``TORCHMPI_ROOT`` (set by setup-env.sh) wins so
 that a copy of the wrapper installed elsewhere still finds the site files.
+Data the tool itself needs (schema, fabric defaults) is package data and does
+not depend on the checkout.
 """
 
 from __future__ import annotations
@@ -22,10 +37,6 @@ def sites_dir() -> Path:
     return root() / "sites"
 
 
-def templates_dir() -> Path:
-    return root() / "templates"
-
-
 def environments_dir() -> Path:
     return root() / "environments"
 
@@ -43,3 +54,34 @@ def pins() -> dict[str, str]:
             key, value = line.split("=", 1)
             out[key.strip()] = value.strip().strip("'\"")
     return out
+
+
+def cache() -> Path:
+    if os.environ.get("TORCHMPI_CACHE"):
+        return Path(os.environ["TORCHMPI_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "torchmpi"
+
+
+def spack_root() -> Path:
+    if os.environ.get("TORCHMPI_SPACK_ROOT"):
+        return Path(os.environ["TORCHMPI_SPACK_ROOT"])
+    pinned = cache() / f"spack-{pins()['TORCHMPI_SPACK_TAG']}"
+    requested = os.environ.get("SPACK_ROOT")
+    if requested and Path(requested) != pinned:
+        return Path(requested)
+    return pinned
+
+
+def packages_root() -> Path:
+    if os.environ.get("TORCHMPI_PACKAGES_ROOT"):
+        return Path(os.environ["TORCHMPI_PACKAGES_ROOT"])
+    return cache() / f"spack-packages-{pins()['TORCHMPI_SPACK_PACKAGES_TAG']}"
+
+
+def builtin_repo() -> Path:
+    return packages_root() / "repos" / "spack_repo" / "builtin"
+
+
+def user_cache() -> Path:
+    """Spack's user cache (indexes, solver cache) outside ~/.spack."""
+    return Path(os.environ.get("SPACK_USER_CACHE_PATH") or cache() / "user-cache")

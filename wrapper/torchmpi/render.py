@@ -1,176 +1,112 @@
 """Render a site into a Spack environment directory, deterministically.
 
-Each rendered file starts with a header: the tool version, the Spack and
-builtin-repo pins, the sha256 of the site file and the sha256 of the body
-below the header.  The body hash is how a hand edit is recognised: a file whose
-body no longer matches its own recorded hash was changed after rendering, and
-is only overwritten with ``--force``.  Files are written to a temporary name in
-the same directory and renamed, so an interrupted render never leaves half a
-file; all checks run before the first write, so a refused render writes nothing.
+The files are built as data (:mod:`torchmpi.spackenv`, :mod:`torchmpi.modules`,
+:mod:`torchmpi.runtime`) and written with a YAML emitter and
+:func:`shlex.quote`; free text reaches only comment lines, escaped
+(:mod:`torchmpi.yamltext`).  Each file is parsed back before it is returned --
+YAML must load to the data it was built from, runtime.sh must pass ``bash -n``
+-- so a file that does not parse never replaces a good one.
+
+Each rendered file starts with a header: the tool version, the site file (by
+its path relative to the checkout), the Spack and builtin-repo pins, the sha256
+of the site file and the sha256 of the body below the header.  The body hash
+is how a hand edit is recognised: a file whose body no longer matches its own
+recorded hash was changed after rendering, and is only overwritten with
+``--force``.  Files are written to a temporary name in the same directory and
+renamed, so an interrupted render never leaves half a file; all checks run
+before the first write, so a refused render writes nothing.
 """
 
 from __future__ import annotations
 
 import difflib
 import hashlib
-import json
 import os
 import re
-import shlex
+import shutil
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import jinja2
-
-from torchmpi import __version__, paths
+from torchmpi import __version__, paths, runtime, spackenv
 from torchmpi import modules as modmod
 from torchmpi.errors import UserError
 from torchmpi.site import Site
+from torchmpi.yamltext import comment, document
 
 #: Rendered files, in the order they are written and diffed.
 FILES = ("spack.yaml", "packages.yaml", "modules.yaml", "runtime.sh")
 
 _BODY_RE = re.compile(r"^# body-sha256: ([0-9a-f]{64})$", re.MULTILINE)
+_SITE_RE = re.compile(r"^# Rendered by torchmpi \S+ from (.+?); do not edit by hand:$",
+                      re.MULTILINE)
 
 
-def _q(value: Any) -> str:
-    """A YAML scalar: JSON strings are valid YAML and need no escaping rules of their own."""
-    return json.dumps(str(value))
-
-
-def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(paths.templates_dir())),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
-    env.filters["q"] = _q
-    env.filters["sh"] = lambda v: shlex.quote(str(v))
-    return env
-
-
-def _pkg_name(spec: str) -> str:
-    return re.split(r"[@%+~ ^]", spec.strip(), maxsplit=1)[0]
-
-
-def context(site: Site, outdir: Path) -> dict[str, Any]:
-    """Everything the templates need, computed here so templates stay declarative."""
-    d = site.data
-    arch = site.cuda_arch
-    mpi = d["mpi"]
-    gpu = site.gpu
-
-    root = "py-torch-mpi"
-    if gpu:
-        root += f" +cuda cuda_arch={arch}"
-        # Explicit either way: the solver does not have to honour a variant default.
-        root += " +cuda_aware_mpi" if mpi.get("cuda_aware", True) else " ~cuda_aware_mpi"
-    else:
-        root += " ~cuda"
-    root += f" fabric={d['fabric']}"
-    specs = [root, *d.get("extra_specs", [])]
-    if site.name != "local":
-        # Spack adds a target outside the host's family (neoverse_v2 from an x86
-        # host) to its candidates only when a root spec names it, even with
-        # host_compatible: false; a packages.yaml requirement is not enough.
-        specs = [f"{spec} target={d['target']}" for spec in specs]
-
-    externals: dict[str, dict[str, Any]] = {}
-
-    def add(ext: dict[str, Any], buildable: bool) -> None:
-        name = _pkg_name(ext["spec"])
-        entry = externals.setdefault(name, {"buildable": buildable, "externals": []})
-        entry["buildable"] = bool(ext.get("buildable", entry["buildable"]))
-        entry["externals"].append({
-            "spec": ext["spec"],
-            "prefix": ext.get("prefix"),
-            "modules": ext.get("modules") or [],
-            "languages": ext.get("languages") or {},
-        })
-
-    compilers = d["compilers"]
-    for comp in compilers:
-        spec = comp["spec"] + " languages=c,c++,fortran"
-        for key in ("target", "os"):
-            if comp.get(key):
-                spec += f" {key}={comp[key]}"
-        add(dict(comp, spec=spec), buildable=False)
-
-    version = f"@{mpi['version']}" if mpi.get("version") else ""
-    mpi_req = mpi["kind"] + version
-    if mpi.get("prefix") or mpi.get("modules"):
-        spec = mpi_req
-        if mpi["kind"] == "cray-mpich":  # a CudaPackage: GTL and cuda_arch must match
-            spec += f" +cuda cuda_arch={arch}" if gpu else " ~cuda"
-        add({"spec": spec, "prefix": mpi.get("prefix"), "modules": mpi.get("modules")}, False)
-    if gpu:
-        for key in ("cuda", "cudnn"):
-            if gpu.get(key):
-                add(gpu[key], buildable=False)
-    if d.get("libfabric"):
-        add(d["libfabric"], buildable=False)
-    for ext in d.get("externals", []):
-        add(ext, buildable=True)
-
-    try:
-        repo_rel = os.path.relpath(paths.torchmpi_repo(), outdir.resolve())
-    except ValueError:  # another drive (Windows); keep it absolute
-        repo_rel = str(paths.torchmpi_repo())
-    try:
-        env_hint = str(outdir.resolve().relative_to(paths.root()))
-    except ValueError:
-        env_hint = str(outdir)
-    detected = ", ".join(f"{k}={v or 'none'}" for k, v in sorted(site.detected.items()))
-    return {
-        "site": site,
-        "specs": specs,
-        "externals": externals,
-        "compiler_req": compilers[0]["spec"],
-        "mpi_req": mpi_req,
-        "nccl": d.get("nccl") or {},
-        "repo_relpath": repo_rel,
-        "env_hint": env_hint,
-        "cross_target": site.name != "local",
-        "runtime": d.get("runtime"),
-        "modules": modmod.context(d),
-        "install": {"root": None, "modules_root": None, **d.get("install", {})},
-        "detected": detected,
-    }
-
-
-def _site_label(site: Site) -> str:
-    try:
-        return str(site.path.resolve().relative_to(paths.root()))
-    except ValueError:
-        return site.path.name
+def site_label(site: Site) -> str:
+    """The site file as the header names it: relative to the checkout, else its file name."""
+    root = paths.root()
+    for path, base in ((site.path.absolute(), root), (site.path.resolve(), root.resolve())):
+        try:
+            return path.relative_to(base).as_posix()
+        except ValueError:
+            continue
+    return site.path.name
 
 
 def header(site: Site, body: str) -> str:
     pins = paths.pins()
-    return (
-        f"# Rendered by torchmpi {__version__} from {_site_label(site)}; do not edit by hand:\n"
-        f"# change the site file and run `torchmpi render {site.name}` (docs/sites.md).\n"
-        f"# spack {pins.get('TORCHMPI_SPACK_TAG', '?')},"
-        f" builtin spack-packages {pins.get('TORCHMPI_SPACK_PACKAGES_TAG', '?')}\n"
-        f"# site-sha256: {site.sha256}\n"
-        f"# body-sha256: {hashlib.sha256(body.encode()).hexdigest()}\n"
+    return comment(
+        f"Rendered by torchmpi {__version__} from {site_label(site)}; do not edit by hand:",
+        f"change the site file and run `torchmpi render {site.name}` (docs/sites.md).",
+        f"spack {pins.get('TORCHMPI_SPACK_TAG', '?')},"
+        f" builtin spack-packages {pins.get('TORCHMPI_SPACK_PACKAGES_TAG', '?')}",
+        f"site-sha256: {site.sha256}",
+        f"body-sha256: {hashlib.sha256(body.encode()).hexdigest()}",
     )
+
+
+def runtime_sh(site: Site) -> str:
+    """runtime.sh: one ``export`` per variable of :func:`torchmpi.runtime.resolve`."""
+    rt = runtime.resolve(site.data)
+    lines = [(f"Runtime variables for jobs on '{site.name}'"
+              f" (launcher: {site.data['launcher']}, fabric: {site.data['fabric']})."),
+             "Source this file in the job script; it changes nothing at build time."]
+    if not rt:
+        return comment(*lines, "No runtime variables for this site.")
+    lines += [f"{what}: {source}" for what, source in rt.sources if source]
+    return comment(*lines) + "".join(line + "\n" for line in runtime.shell_lines(rt))
+
+
+def _check_shell(text: str) -> None:
+    """``bash -n``: runtime.sh must at least parse (skipped where there is no bash)."""
+    bash = shutil.which("bash")
+    if not bash:
+        return
+    proc = subprocess.run([bash, "-n"], input=text, capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        raise UserError(f"runtime.sh: the rendered text does not parse ({proc.stderr.strip()});"
+                        " nothing was written (a torchmpi bug, please report it)")
+
+
+def bodies(site: Site, outdir: Path) -> dict[str, str]:
+    """File name -> body (below the header), each parsed back before it is returned."""
+    out = {}
+    parts, expected = spackenv.spack_yaml(site, outdir)
+    out["spack.yaml"] = document(parts, expected, "spack.yaml")
+    parts, expected = spackenv.packages_yaml(site)
+    out["packages.yaml"] = document(parts, expected, "packages.yaml")
+    parts, expected = modmod.parts(site)
+    out["modules.yaml"] = document(parts, expected, "modules.yaml")
+    out["runtime.sh"] = runtime_sh(site)
+    _check_shell(out["runtime.sh"])
+    return out
 
 
 def render(site: Site, outdir: Path) -> dict[str, str]:
     """File name -> full text (header + body) for one site."""
-    env = _environment()
-    ctx = context(site, outdir)
-    out = {}
-    for name in FILES:
-        body = env.get_template(f"{name}.j2").render(ctx)
-        out[name] = header(site, body) + body
-    return out
+    return {name: header(site, body) + body for name, body in bodies(site, outdir).items()}
 
 
 def hand_edited(text: str) -> bool:
@@ -185,7 +121,6 @@ def hand_edited(text: str) -> bool:
 @dataclass
 class Result:
     written: list[str]
-    unchanged: list[str]
 
 
 def diff(outdir: Path, files: dict[str, str]) -> str:
@@ -203,28 +138,49 @@ def diff(outdir: Path, files: dict[str, str]) -> str:
     return "".join(chunks)
 
 
+def rendered_from(text: str) -> str | None:
+    """The site file a rendered file names in its header, or None for a file not ours."""
+    match = _SITE_RE.search(text)
+    return match.group(1) if match else None
+
+
 def write(outdir: Path, files: dict[str, str], force: bool = False) -> Result:
-    """Write the rendered files atomically; refuse to clobber hand edits unless forced."""
+    """Write the rendered files atomically.
+
+    Refused without ``force``: a file edited by hand, and a file rendered from
+    another site file (``render A -o environments/B`` must not replace B's
+    environment silently).
+    """
     try:
         outdir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UserError(f"{outdir}: cannot create the output directory: {err.strerror}") from None
     if not os.access(outdir, os.W_OK | os.X_OK):
         raise UserError(f"{outdir}: output directory is not writable")
-    changed, unchanged, edited = [], [], []
+    changed, edited, foreign = [], [], set()
     for name, text in files.items():
         path = outdir / name
-        old = path.read_text() if path.is_file() else None
+        try:
+            old = path.read_text() if path.is_file() else None
+        except (OSError, UnicodeDecodeError):
+            old = ""  # unreadable or not text: not ours, treat as edited
         if old == text:
-            unchanged.append(name)
             continue
         if old is not None and hand_edited(old):
             edited.append(name)
+        elif old is not None and rendered_from(old) != rendered_from(text):
+            foreign.add(rendered_from(old))
         changed.append(name)
     if edited and not force:
         raise UserError(
             f"{outdir}: {', '.join(edited)} edited by hand since it was rendered;"
             " move the change into the site file, or re-run with --force to overwrite it"
+        )
+    if foreign and not force:
+        raise UserError(
+            f"{outdir}: rendered from {', '.join(sorted(foreign))}, not from"
+            f" {rendered_from(next(iter(files.values())))}; choose another output directory,"
+            " or re-run with --force to replace that environment"
         )
     temps = []
     try:
@@ -240,7 +196,7 @@ def write(outdir: Path, files: dict[str, str], force: bool = False) -> Result:
         raise UserError(f"{outdir}: cannot write: {err.strerror}") from None
     for tmp, dest in temps:
         os.replace(tmp, dest)
-    return Result(written=changed, unchanged=unchanged)
+    return Result(written=changed)
 
 
 def default_outdir(site: Site) -> Path:

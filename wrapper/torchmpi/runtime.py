@@ -1,19 +1,82 @@
-"""The runtime variables a job on a site sees: one function, every consumer.
+"""The runtime variables a job on a site sees: fabric defaults, the site's values on top.
 
-:func:`environment` is the single answer to "which variables, with which
-values": runtime.sh, spack.yaml ``env_vars``, the py-torch-mpi module's
-``environment: set``, ``torchmpi doctor --site`` and the tests all read it, so
-they cannot drift apart.  Package run environments (aws-ofi-nccl, nccl-ss11,
-py-torch-mpi) are defaults; the py-torch-mpi module sets the site's values
-after its autoloaded dependencies have set theirs, so the site wins.
+:func:`resolve` is the single answer to "which variables, with which values":
+runtime.sh, spack.yaml ``env_vars``, the py-torch-mpi module's ``environment``,
+``torchmpi doctor --site`` and the tests all read it (``environment()`` is its
+``set`` part), so they cannot drift apart.
+
+Layers, lowest first:
+
+1. the fabric's defaults, data shipped with the tool
+   (``data/fabrics/<fabric>.yaml``, each value with its source), so that a
+   Slingshot site does not restate HPE's settings;
+2. the site file's ``runtime.env`` (overrides a default in place, or adds);
+3. ``MPICH_GPU_SUPPORT_ENABLED=1`` when Cray MPICH is built with GTL
+   (:func:`cray_gpu_switch`) and the site did not say it.
+
+``runtime.prepend_path`` / ``append_path`` add to a path list the way Spack's
+modules do; a ``$`` in any value is rejected (:func:`problems`), because each
+of the three renderings would treat it differently and ``set`` would clobber
+the job's own value.
+
+Package run environments (aws-ofi-nccl, nccl-ss11, py-torch-mpi) are
+defaults under ``module load``; the py-torch-mpi module sets these values
+after its autoloaded dependencies, so the site wins.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
 from typing import Any
+
+import yaml
+
+from torchmpi.errors import UserError
 
 #: Cray MPICH moves device buffers only with GTL linked AND this switch on.
 GPU_SWITCH = "MPICH_GPU_SUPPORT_ENABLED"
+
+#: The path-list operations, in Spack's own spelling (modules and env_vars).
+PATH_OPS = ("prepend_path", "append_path")
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass
+class Runtime:
+    """The resolved runtime variables of one site."""
+
+    set: dict[str, str] = field(default_factory=dict)
+    prepend_path: dict[str, str] = field(default_factory=dict)
+    append_path: dict[str, str] = field(default_factory=dict)
+    #: (what, where the values come from), for the comments of runtime.sh.
+    sources: list[tuple[str, str]] = field(default_factory=list)
+
+    def spack(self) -> dict[str, dict[str, str]]:
+        """Spack's environment-modification mapping (modules ``environment``, ``env_vars``)."""
+        out = {"set": self.set, "prepend_path": self.prepend_path,
+               "append_path": self.append_path}
+        return {op: dict(values) for op, values in out.items() if values}
+
+    def __bool__(self) -> bool:
+        return bool(self.set or self.prepend_path or self.append_path)
+
+
+@cache
+def fabric_defaults(fabric: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """(source, ((name, value), ...)) of a fabric's data file."""
+    ref = resources.files("torchmpi").joinpath("data", "fabrics", f"{fabric}.yaml")
+    try:
+        data = yaml.safe_load(ref.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise UserError(f"fabric '{fabric}': no runtime defaults shipped"
+                        f" (torchmpi/data/fabrics/{fabric}.yaml missing)") from None
+    env = tuple((str(k), str(v)) for k, v in (data.get("env") or {}).items())
+    return str(data.get("source", "")), env
 
 
 def cray_gpu_switch(data: dict[str, Any]) -> str | None:
@@ -29,14 +92,77 @@ def cray_gpu_switch(data: dict[str, Any]) -> str | None:
     return "1" if mpi.get("cuda_aware", True) else "0"
 
 
+def resolve(data: dict[str, Any]) -> Runtime:
+    """Fabric defaults, then the site's ``runtime``, then the implied Cray GPU switch."""
+    out = Runtime()
+    fabric = data.get("fabric")
+    if fabric:
+        source, defaults = fabric_defaults(fabric)
+        out.set.update(defaults)
+        if defaults:
+            out.sources.append((f"fabric defaults ({fabric})", source))
+    site = data.get("runtime") or {}
+    out.set.update((k, str(v)) for k, v in (site.get("env") or {}).items())
+    for op in PATH_OPS:
+        getattr(out, op).update((k, str(v)) for k, v in (site.get(op) or {}).items())
+    if site:
+        out.sources.append(("site values", str(site.get("source", ""))))
+    if cray_gpu_switch(data) == "1":
+        out.set.setdefault(GPU_SWITCH, "1")
+    return out
+
+
 def environment(data: dict[str, Any]) -> dict[str, str]:
-    """The site's runtime variables, strings, in file order; the Cray GPU switch added if implied.
+    """The variables a job has after sourcing runtime.sh (``set`` only), in order.
 
     A site that states a contradicting switch value is rejected earlier, in
-    site validation (:func:`torchmpi.site._semantic_errors`).
+    site validation (:func:`problems` and :func:`torchmpi.site._semantic_errors`).
     """
-    env = {k: str(v) for k, v in (data.get("runtime") or {}).get("env", {}).items()}
-    switch = cray_gpu_switch(data)
-    if switch == "1":
-        env.setdefault(GPU_SWITCH, switch)
-    return env
+    return dict(resolve(data).set)
+
+
+def problems(data: dict[str, Any]) -> list[tuple[tuple, str]]:
+    """(key path, message) for runtime values the renderings cannot carry faithfully."""
+    errors: list[tuple[tuple, str]] = []
+    site = data.get("runtime")
+    if not isinstance(site, dict):
+        return errors
+    for section in ("env", *PATH_OPS):
+        values = site.get(section)
+        if not isinstance(values, dict):
+            continue
+        for key, value in values.items():
+            if "$" in str(value):
+                errors.append((("runtime", section, key), (
+                    f"{str(value)!r} refers to a variable ('$'); runtime values are literal"
+                    " and `env` replaces the job's own value. To add to a path list use"
+                    f" runtime.prepend_path or runtime.append_path: {{{key}: <dir>}}"
+                    " (docs/sites.md, runtime)")))
+    for op in PATH_OPS:
+        for key in (site.get(op) or {}) if isinstance(site.get(op), dict) else ():
+            if key in (site.get("env") or {}):
+                errors.append((("runtime", op, key), (
+                    f"{key} is also in runtime.env; a variable is either set or"
+                    " added to, not both")))
+    return errors
+
+
+def shell_lines(rt: Runtime) -> list[str]:
+    """``export`` lines for runtime.sh, every value quoted with :func:`shlex.quote`."""
+    lines = []
+    for key, value in rt.set.items():
+        lines.append(f"export {_name(key)}={shlex.quote(value)}")
+    for key, value in rt.prepend_path.items():
+        name = _name(key)
+        lines.append(f'export {name}={shlex.quote(value)}"${{{name}:+:${name}}}"')
+    for key, value in rt.append_path.items():
+        name = _name(key)
+        lines.append(f'export {name}="${{{name}:+${name}:}}"{shlex.quote(value)}')
+    return lines
+
+
+def _name(key: str) -> str:
+    if not _NAME.fullmatch(key):
+        raise UserError(f"runtime variable {key!r} is not a shell variable name"
+                        " (letters, digits and _, not starting with a digit)")
+    return key

@@ -427,6 +427,7 @@ def _semantic_errors(data: dict[str, Any]) -> list[tuple[tuple, str]]:
             f"must be {switch} here: mpi.cuda_aware is {str(switch == '1').lower()}, so torch"
             f" {gtl}; the switch and GTL go together or not at all (to run without GPU-aware"
             " MPI, e.g. for CSCS's MPI-with-NCCL deadlock warning, set mpi.cuda_aware: false)")))
+    errors.extend(runtime.problems(data))  # `$` references, set-and-prepend
     if local:
         return errors
     for key in auto_keys(data):

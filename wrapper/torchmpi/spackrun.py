@@ -19,33 +19,21 @@ from torchmpi import offsite, paths
 from torchmpi.errors import UserError
 
 
-def _cache() -> Path:
-    if os.environ.get("TORCHMPI_CACHE"):
-        return Path(os.environ["TORCHMPI_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "torchmpi"
-
-
 def executable() -> Path:
-    pins = paths.pins()
-    root = os.environ.get("TORCHMPI_SPACK_ROOT") or str(
-        _cache() / f"spack-{pins['TORCHMPI_SPACK_TAG']}"
-    )
-    exe = Path(root) / "bin" / "spack"
+    exe = paths.spack_root() / "bin" / "spack"
     if not exe.is_file():
         raise UserError(f"the pinned Spack is not set up ({exe} missing): run `make setup`")
     return exe
 
 
 def environ() -> dict[str, str]:
+    """The environment setup-env.sh gives, for variables not already set (paths.py rules)."""
     env = dict(os.environ)
     env.pop("SPACK_ENV", None)  # never act on an environment the user has active
-    root = paths.root()
-    pins = paths.pins()
-    packages = _cache() / f"spack-packages-{pins['TORCHMPI_SPACK_PACKAGES_TAG']}"
-    env.setdefault("TORCHMPI_ROOT", str(root))
-    env.setdefault("TORCHMPI_BUILTIN_REPO", str(packages / "repos" / "spack_repo" / "builtin"))
-    env.setdefault("SPACK_USER_CONFIG_PATH", str(root / ".spack-user"))
-    env.setdefault("SPACK_USER_CACHE_PATH", str(_cache() / "user-cache"))
+    env.setdefault("TORCHMPI_ROOT", str(paths.root()))
+    env.setdefault("TORCHMPI_BUILTIN_REPO", str(paths.builtin_repo()))
+    env.setdefault("SPACK_USER_CONFIG_PATH", str(paths.root() / ".spack-user"))
+    env.setdefault("SPACK_USER_CACHE_PATH", str(paths.user_cache()))
     env.setdefault("SPACK_PYTHON", sys.executable)
     return env
 

@@ -7,9 +7,10 @@ import json
 import sys
 from pathlib import Path
 
+from torchmpi import paths, writable
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
-from torchmpi import writable
+from torchmpi.errors import UserError
 
 EXAMPLE = """\
 examples:
@@ -37,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 with a diff if DIR differs from a fresh render")
     p.add_argument("--force", action="store_true",
-                   help="overwrite files that were edited by hand")
+                   help="overwrite files edited by hand or rendered from another site file")
     p.add_argument("--json", action="store_true",
                    help="machine-readable output on stdout: what was written or found")
     p.set_defaults(func=run)
@@ -49,8 +50,25 @@ def _report(args: argparse.Namespace, record: dict, text: str) -> None:
         print(json.dumps(record, indent=2) if args.json else text)
 
 
+def _in_sites_dir(path: Path) -> bool:
+    """Whether a site file is (really, after symlinks) one of the checkout's sites/."""
+    try:
+        path.resolve().relative_to(paths.sites_dir().resolve())
+    except ValueError:
+        return False
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     site = sitemod.load(args.site)
+    if args.output is None and not _in_sites_dir(site.path):
+        real = site.path.resolve()
+        link = f" (a link to {real})" if real != site.path.absolute() else ""
+        raise UserError(
+            f"{site.path}{link}: not a file under {paths.sites_dir()}, and environments/"
+            " holds only the checkout's own sites; give the output directory with -o DIR,"
+            " or copy the file into sites/"
+        )
     outdir = args.output or renderer.default_outdir(site)
     record = {"site": site.name, "output": str(outdir)}
     if not args.check:

@@ -1,0 +1,250 @@
+"""Rendering as data: free text stays in its comment, files parse back, output provenance.
+
+The rendered files are read back the way their consumers read them: YAML
+with a YAML loader, runtime.sh by bash.  No Spack needed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from test_runtime import sourced
+from torchmpi import paths, runtime, spackenv, yamltext
+from torchmpi import render as renderer
+from torchmpi import site as sitemod
+from torchmpi.cli import main
+from torchmpi.errors import UserError
+
+#: Characters a YAML parser or a shell could take as the end of a line.
+LINE_ENDS = ["\n", "\r", "\r\n", "\x85", "\u2028", "\u2029", "\x0b", "\x0c"]
+
+
+def committed() -> list[str]:
+    """Every site file under sites/ except the host-detected ones: their environment is in git."""
+    return [n for n in sitemod.available() if not sitemod.load(n).is_local]
+
+
+def _copy(tmp_path: Path, name: str, edit) -> Path:
+    data = yaml.safe_load((paths.sites_dir() / f"{name}.yaml").read_text())
+    edit(data)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    return path
+
+
+def _tree_hash(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# --- every committed site ---------------------------------------------------
+
+
+@pytest.mark.parametrize("name", committed())
+def test_committed_environment_matches_a_fresh_render(name: str, capsys) -> None:
+    """`torchmpi render --check` for every site file that is not host-detected."""
+    assert main(["render", "--check", name]) == 0, capsys.readouterr()
+
+
+@pytest.mark.parametrize("name", committed())
+def test_committed_files_parse(name: str, tmp_path: Path) -> None:
+    env = paths.environments_dir() / name
+    for fname in ("spack.yaml", "packages.yaml", "modules.yaml"):
+        assert isinstance(yaml.safe_load((env / fname).read_text()), dict)
+    subprocess.run(["bash", "-n", str(env / "runtime.sh")], check=True)
+    site = sitemod.load(name)
+    assert sourced((env / "runtime.sh").read_text(), tmp_path) == runtime.environment(site.data)
+
+
+def test_sites_is_the_only_list_of_sites() -> None:
+    """A committed environment exists exactly for the non-detected site files."""
+    on_disk = sorted(p.name for p in paths.environments_dir().iterdir() if p.is_dir())
+    assert on_disk == committed()
+
+
+# --- free text cannot leave its comment line ---------------------------------
+
+
+@pytest.mark.parametrize("end", LINE_ENDS)
+def test_newline_in_runtime_source_is_not_a_command(end: str, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    path = _copy(tmp_path, "derecho",
+                 lambda d: d["runtime"].update(source=f"HPE guide{end}touch {marker}"))
+    site = sitemod.load(str(path))
+    text = renderer.render(site, tmp_path / "env")["runtime.sh"]
+    env = sourced(text, tmp_path)
+    assert not marker.exists()
+    assert env == runtime.environment(site.data)
+    source_lines = [line for line in text.splitlines() if "HPE guide" in line]
+    assert len(source_lines) == 1 and source_lines[0].startswith("# ")
+    assert f"touch {marker}" in source_lines[0]  # kept, visibly escaped, in the comment
+
+
+@pytest.mark.parametrize("end", LINE_ENDS)
+def test_newline_in_description_adds_no_key(end: str, tmp_path: Path) -> None:
+    """Before data-built rendering, "\\ninjected: key" became a top-level key of spack.yaml."""
+    clean = renderer.bodies(sitemod.load("derecho"), tmp_path / "env")
+    path = _copy(tmp_path, "derecho",
+                 lambda d: d.update(description=f"Derecho{end}injected: key"))
+    files = renderer.bodies(sitemod.load(str(path)), tmp_path / "env")
+    for name in ("spack.yaml", "packages.yaml", "modules.yaml"):
+        assert yaml.safe_load(files[name]) == yaml.safe_load(clean[name]), name
+
+
+def test_comment_escapes_every_line_end() -> None:
+    for end in LINE_ENDS:
+        text = yamltext.comment(f"a{end}b")
+        assert text.count("\n") == 1 and text.startswith("# a\\")
+        assert yaml.safe_load(text + "k: 1\n") == {"k": 1}
+    assert yamltext.comment("Zürich\tok") == "# Zürich\tok\n"
+
+
+def test_values_with_yaml_syntax_stay_values(tmp_path: Path) -> None:
+    """A spec or path with YAML/shell metacharacters reaches Spack as the same string."""
+    odd = "/opt/my site/#1: {x}, [y] & 'q' \"dq\""
+    path = _copy(tmp_path, "derecho", lambda d: d["libfabric"].update(prefix=odd))
+    site = sitemod.load(str(path))
+    pkgs = yaml.safe_load(renderer.bodies(site, tmp_path / "env")["packages.yaml"])
+    assert pkgs["packages"]["libfabric:"]["externals"][0]["prefix"] == odd
+
+
+# --- every file is parsed back before it is written ---------------------------
+
+
+def test_yaml_that_does_not_load_back_is_never_written(tmp_path: Path, monkeypatch,
+                                                         capsys) -> None:
+    out = tmp_path / "env"
+    assert main(["render", "derecho", "-o", str(out)]) == 0
+    before = _tree_hash(out)
+
+    def broken(site, outdir):
+        parts, expected = spackenv.roots(site), {"spack": {}}
+        return ["spack:\n  specs: [\n", *(f"  - {p}\n" for p in parts)], expected
+
+    monkeypatch.setattr(spackenv, "spack_yaml", broken)
+    capsys.readouterr()
+    assert main(["render", "derecho", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "spack.yaml: the rendered text is not valid YAML" in err and "Traceback" not in err
+    assert _tree_hash(out) == before
+
+
+def test_yaml_that_loads_to_other_data_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="does not load back"):
+        yamltext.document(["a: 1\n"], {"a": "1"}, "x.yaml")
+
+
+def test_runtime_sh_that_does_not_parse_is_never_written(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(runtime, "shell_lines", lambda rt: ["export X='unterminated"])
+    with pytest.raises(UserError, match="runtime.sh: the rendered text does not parse"):
+        renderer.render(sitemod.load("derecho"), tmp_path / "env")
+
+
+# --- provenance --------------------------------------------------------------
+
+
+def test_header_names_the_site_file_relative_to_the_checkout() -> None:
+    text = renderer.render(sitemod.load("perlmutter"),
+                           paths.environments_dir() / "perlmutter")["spack.yaml"]
+    assert text.startswith("# Rendered by torchmpi ")
+    assert renderer.rendered_from(text) == "sites/perlmutter.yaml"
+    assert str(paths.root()) not in text  # no path of the rendering machine
+
+
+@pytest.fixture
+def checkout(tmp_path: Path, monkeypatch) -> Path:
+    """A throwaway checkout (sites/, environments/, pins) that paths.root() resolves to."""
+    root = tmp_path / "checkout"
+    (root / "sites").mkdir(parents=True)
+    (root / "environments").mkdir()
+    (root / "scripts").mkdir()
+    shutil.copy(paths.root() / "scripts" / "pins.sh", root / "scripts" / "pins.sh")
+    (root / "spack_repo").symlink_to(paths.root() / "spack_repo")
+    for name in ("derecho", "perlmutter"):
+        shutil.copy(paths.sites_dir() / f"{name}.yaml", root / "sites")
+    monkeypatch.setenv("TORCHMPI_ROOT", str(root))
+    return root
+
+
+def test_site_file_outside_sites_needs_an_output_directory(checkout: Path, tmp_path: Path,
+                                                           capsys) -> None:
+    outside = tmp_path / "elsewhere" / "derecho.yaml"
+    outside.parent.mkdir()
+    shutil.copy(checkout / "sites" / "derecho.yaml", outside)
+    before = _tree_hash(checkout / "environments")
+    assert main(["render", str(outside)]) == 2
+    err = capsys.readouterr().err
+    assert str(outside) in err and "-o DIR" in err and "Traceback" not in err
+    assert _tree_hash(checkout / "environments") == before
+    out = tmp_path / "out"
+    assert main(["render", str(outside), "-o", str(out)]) == 0
+    assert renderer.rendered_from((out / "spack.yaml").read_text()) == "derecho.yaml"
+
+
+def test_symlink_in_sites_pointing_outside_is_refused(checkout: Path, tmp_path: Path,
+                                                      capsys) -> None:
+    target = tmp_path / "outside.yaml"
+    target.write_text((checkout / "sites" / "derecho.yaml").read_text()
+                      .replace("name: derecho", "name: linked"))
+    (checkout / "sites" / "linked.yaml").symlink_to(target)
+    assert main(["render", "linked"]) == 2
+    err = capsys.readouterr().err
+    assert "not a file under" in err and f"a link to {target}" in err
+    assert not (checkout / "environments" / "linked").exists()
+
+
+def test_environment_of_another_site_needs_force(checkout: Path, capsys) -> None:
+    derecho = checkout / "environments" / "derecho"
+    assert main(["render", "derecho"]) == 0
+    before = _tree_hash(derecho)
+    capsys.readouterr()
+    assert main(["render", "perlmutter", "-o", str(derecho)]) == 2
+    err = capsys.readouterr().err
+    assert "rendered from sites/derecho.yaml, not from sites/perlmutter.yaml" in err
+    assert "--force" in err
+    assert _tree_hash(derecho) == before
+    assert main(["render", "perlmutter", "-o", str(derecho), "--force"]) == 0
+    assert renderer.rendered_from((derecho / "spack.yaml").read_text()) == "sites/perlmutter.yaml"
+
+
+# --- the installed tool works outside the checkout ---------------------------
+
+
+def test_wheel_ships_schema_and_fabric_data(tmp_path: Path) -> None:
+    """Build the wheel from a copy of the sources and use it with no checkout around."""
+    src = tmp_path / "src"
+    shutil.copytree(paths.root() / "wrapper", src / "wrapper",
+                    ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    shutil.copy(paths.root() / "pyproject.toml", src)
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation",
+                    "--no-deps", "-w", str(wheels), str(src)], check=True,
+                   capture_output=True)
+    target = tmp_path / "site-packages"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+                    str(target), *map(str, wheels.glob("*.whl"))], check=True,
+                   capture_output=True)
+    code = ("import sys, torchmpi, torchmpi.runtime as r, torchmpi.site as s\n"
+            "assert torchmpi.__file__.startswith(sys.argv[1]), torchmpi.__file__\n"
+            "print(dict(r.fabric_defaults('slingshot')[1])['NCCL_NET'])\n"
+            "print(sorted(s._schema()['properties'])[0])\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHMPI_ROOT", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(target)
+    proc = subprocess.run([sys.executable, "-c", code, str(target)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["AWS Libfabric", "compilers"]
+
+
+def test_check_on_a_never_rendered_environment_says_so(tmp_path: Path, capsys) -> None:
+    assert main(["render", "--check", "derecho", "-o", str(tmp_path / "nope")]) == 1
+    captured = capsys.readouterr()
+    assert "was never rendered" in captured.err and captured.out == ""
+    assert not (tmp_path / "nope").exists()

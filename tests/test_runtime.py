@@ -1,0 +1,203 @@
+"""Runtime variables: one mapping, rendered three ways, read back from the real files.
+
+runtime.sh is run by bash (not parsed here); spack.yaml and modules.yaml are
+loaded as YAML.  No Spack needed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from torchmpi import paths, runtime
+from torchmpi import render as renderer
+from torchmpi import site as sitemod
+from torchmpi.cli import main
+from torchmpi.errors import UserError
+
+
+def _site(tmp_path: Path, name: str, edit=None) -> sitemod.Site:
+    """A copy of a shipped site, edited, loaded from a private sites/ directory."""
+    data = yaml.safe_load((paths.sites_dir() / f"{name}.yaml").read_text())
+    if edit:
+        edit(data)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return sitemod.load(str(path))
+
+
+def sourced(text: str, tmp_path: Path, before: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables a job has after `. runtime.sh` in a clean bash (what changed)."""
+    script = tmp_path / "runtime.sh"
+    script.write_text(text)
+    base = {"PATH": "/usr/bin:/bin", **(before or {})}
+
+    def dump(cmd: str) -> dict[str, str]:
+        out = subprocess.run(["env", "-i", *(f"{k}={v}" for k, v in base.items()),
+                              "bash", "--noprofile", "--norc", "-c", cmd + "; env -0"],
+                             capture_output=True, check=True).stdout.decode()
+        return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
+
+    empty, after = dump("true"), dump(f". {script}")
+    return {k: v for k, v in after.items() if empty.get(k) != v}
+
+
+def _three(files: dict[str, str], tmp_path: Path) -> tuple[dict, dict, dict]:
+    spack = yaml.safe_load(files["spack.yaml"])["spack"].get("env_vars", {}).get("set", {})
+    default = yaml.safe_load(files["modules.yaml"])["modules"]["default"]
+    system = default["enable:"][0]
+    module = default[system].get("py-torch-mpi", {}).get("environment", {}).get("set", {})
+    return sourced(files["runtime.sh"], tmp_path), spack, module
+
+
+def test_site_without_runtime_section_gets_the_same_variables_everywhere(tmp_path: Path) -> None:
+    """Derecho without `runtime:`: the GPU switch (and fabric defaults) reach runtime.sh too.
+
+    Before the fix runtime.sh guarded on the raw `runtime` key and said "No
+    fabric-specific variables" while spack.yaml and modules.yaml set
+    MPICH_GPU_SUPPORT_ENABLED=1.
+    """
+    site = _site(tmp_path, "derecho", lambda d: d.pop("runtime"))
+    files = renderer.render(site, tmp_path / "env")
+    sh, spack, module = _three(files, tmp_path)
+    expected = runtime.environment(site.data)
+    assert expected["MPICH_GPU_SUPPORT_ENABLED"] == "1"
+    assert sh == spack == module == expected
+
+
+def _write(tmp_path: Path, name: str, edit) -> Path:
+    data = yaml.safe_load((paths.sites_dir() / f"{name}.yaml").read_text())
+    edit(data)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_site_values_override_fabric_defaults_in_place(tmp_path: Path) -> None:
+    _, defaults = runtime.fabric_defaults("slingshot")
+    first = defaults[0][0]
+
+    def edit(d):
+        d["runtime"]["env"] = {first: "site-value", "MY_SITE_VAR": "x"}
+
+    site = _site(tmp_path, "derecho", edit)
+    env = runtime.environment(site.data)
+    assert list(env)[: len(defaults)] == [k for k, _ in defaults]  # defaults first, in order
+    assert env[first] == "site-value" and env["MY_SITE_VAR"] == "x"
+    for key, value in defaults[1:]:
+        assert env[key] == value
+    sh, spack, module = _three(renderer.render(site, tmp_path / "env"), tmp_path)
+    assert sh == spack == module == env
+
+
+def test_every_fabric_has_a_defaults_file() -> None:
+    schema = sitemod._schema()
+    for fabric in schema["properties"]["fabric"]["enum"]:
+        source, env = runtime.fabric_defaults(fabric)
+        assert source or not env, f"{fabric}: defaults without a source"
+
+
+def test_ib_and_tcp_have_no_defaults() -> None:
+    assert runtime.fabric_defaults("ib")[1] == () and runtime.fabric_defaults("tcp")[1] == ()
+
+
+def test_site_without_any_runtime_variable_says_so(tmp_path: Path) -> None:
+    site = _site(tmp_path, "generic-ib", lambda d: d.pop("runtime"))
+    text = renderer.render(site, tmp_path / "env")["runtime.sh"]
+    assert "No runtime variables" in text and "export" not in text
+    assert sourced(text, tmp_path) == {}
+
+
+# --- prepend_path / append_path --------------------------------------------
+
+
+def _paths_site(tmp_path: Path) -> sitemod.Site:
+    def edit(d):
+        d["runtime"]["prepend_path"] = {"LD_LIBRARY_PATH": "/opt/site lib/lib64"}
+        d["runtime"]["append_path"] = {"PYTHONPATH": "/opt/extra"}
+
+    return _site(tmp_path, "generic-ib", edit)
+
+
+def test_prepend_and_append_in_runtime_sh(tmp_path: Path) -> None:
+    files = renderer.render(_paths_site(tmp_path), tmp_path / "env")
+    unset = sourced(files["runtime.sh"], tmp_path)
+    assert unset["LD_LIBRARY_PATH"] == "/opt/site lib/lib64"
+    assert unset["PYTHONPATH"] == "/opt/extra"
+    job = {"LD_LIBRARY_PATH": "/usr/lib/a:/usr/lib/b", "PYTHONPATH": "/home/me/py"}
+    kept = sourced(files["runtime.sh"], tmp_path, before=job)
+    assert kept["LD_LIBRARY_PATH"] == "/opt/site lib/lib64:/usr/lib/a:/usr/lib/b"
+    assert kept["PYTHONPATH"] == "/home/me/py:/opt/extra"
+    assert kept["NCCL_DEBUG"] == "WARN"
+
+
+def test_prepend_and_append_identical_in_modules_and_env_vars(tmp_path: Path) -> None:
+    site = _paths_site(tmp_path)
+    files = renderer.render(site, tmp_path / "env")
+    spack = yaml.safe_load(files["spack.yaml"])["spack"]["env_vars"]
+    module = yaml.safe_load(files["modules.yaml"])["modules"]["default"]["lmod"][
+        "py-torch-mpi"]["environment"]
+    want = {"prepend_path": {"LD_LIBRARY_PATH": "/opt/site lib/lib64"},
+            "append_path": {"PYTHONPATH": "/opt/extra"}}
+    for ops in (spack, module):
+        assert {k: v for k, v in ops.items() if k != "set"} == want
+        assert ops["set"] == runtime.environment(site.data)
+
+
+@pytest.mark.parametrize("section,key,value", [
+    ("env", "LD_LIBRARY_PATH", "/opt/x/lib:$LD_LIBRARY_PATH"),
+    ("env", "NCCL_DEBUG", "${LEVEL}"),
+    ("prepend_path", "PATH", "$HOME/bin"),
+    ("append_path", "PATH", "/opt/bin:$PATH"),
+])
+def test_dollar_reference_is_rejected_naming_the_key(section, key, value, tmp_path, capsys):
+    def edit(d):
+        d["runtime"].setdefault(section, {})[key] = value
+
+    path = _write(tmp_path, "generic-ib", edit)
+    out = tmp_path / "out"
+    rc = main(["render", str(path), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err
+    assert f"{path}:" in err and f"runtime.{section}.{key}" in err
+    assert "prepend_path" in err and "append_path" in err  # what is allowed instead
+    assert not out.exists()
+
+
+def test_variable_both_set_and_prepended_is_rejected(tmp_path: Path, capsys) -> None:
+    def edit(d):
+        d["runtime"]["prepend_path"] = {"NCCL_DEBUG": "/x"}
+
+    path = _write(tmp_path, "generic-ib", edit)
+    assert main(["render", str(path), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "runtime.prepend_path.NCCL_DEBUG" in err and "runtime.env" in err
+
+
+def test_shell_name_guard() -> None:
+    with pytest.raises(UserError, match="not a shell variable name"):
+        runtime.shell_lines(runtime.Runtime(set={"A B": "1"}))
+
+
+@pytest.mark.spack
+def test_spack_env_activate_applies_prepend_append_like_runtime_sh(spack, tmp_path: Path) -> None:
+    """Real Spack: `spack env activate` of the rendered env_vars == sourcing runtime.sh."""
+    site = _paths_site(tmp_path)
+    env_dir = tmp_path / "tree" / "environments" / "generic-ib"
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "spack_repo").symlink_to(paths.root() / "spack_repo")
+    files = renderer.render(site, env_dir)
+    renderer.write(env_dir, files)
+    job = {"LD_LIBRARY_PATH": "/usr/lib/a", "PYTHONPATH": "/home/me/py"}
+    proc = subprocess.run([str(spack.exe), "env", "activate", "--sh", str(env_dir)],
+                          env=dict(spack.env, **job), capture_output=True, text=True,
+                          check=True)
+    script = tmp_path / "activate.sh"
+    script.write_text(proc.stdout)
+    activated = sourced(script.read_text(), tmp_path, before=job)
+    from_sh = sourced(files["runtime.sh"], tmp_path, before=job)
+    names = set(from_sh)
+    assert {"LD_LIBRARY_PATH", "PYTHONPATH", "NCCL_DEBUG"} <= names
+    assert {k: activated.get(k) for k in names} == from_sh

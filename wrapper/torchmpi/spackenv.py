@@ -1,0 +1,207 @@
+"""spack.yaml and packages.yaml of a site, built as data.
+
+One small function per concern -- :func:`roots`, :func:`externals`,
+:func:`repos`, :func:`install` -- so each rule (why the target is in the root
+specs, why an external is ``name::``) sits next to the code that applies it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from torchmpi import paths, runtime
+from torchmpi.lock import root_name as package_name
+from torchmpi.site import Site
+from torchmpi.yamltext import Block, Part, comment
+
+
+def roots(site: Site) -> list[str]:
+    """The environment's root specs: py-torch-mpi with the site's settings, then extra_specs."""
+    d = site.data
+    mpi = d["mpi"]
+    root = "py-torch-mpi"
+    if site.gpu:
+        root += f" +cuda cuda_arch={site.cuda_arch}"
+        # Explicit either way: the solver does not have to honour a variant default.
+        root += " +cuda_aware_mpi" if mpi.get("cuda_aware", True) else " ~cuda_aware_mpi"
+    else:
+        root += " ~cuda"
+    root += f" fabric={d['fabric']}"
+    specs = [root, *d.get("extra_specs", [])]
+    if not site.is_local:
+        # Spack adds a target outside the host's family (neoverse_v2 from an x86
+        # host) to its candidates only when a root spec names it, even with
+        # host_compatible: false; a packages.yaml requirement is not enough.
+        # Named for every site file, not only cross-family ones, so that the
+        # rendering does not depend on the machine that renders it.
+        specs = [f"{spec} target={d['target']}" for spec in specs]
+    return specs
+
+
+def mpi_requirement(data: dict[str, Any]) -> str:
+    mpi = data["mpi"]
+    return mpi["kind"] + (f"@{mpi['version']}" if mpi.get("version") else "")
+
+
+def externals(site: Site) -> dict[str, dict[str, Any]]:
+    """packages.yaml entries for what the site provides: compilers, MPI, CUDA, libfabric, ...
+
+    Site-provided pieces (compilers, MPI, CUDA, cuDNN, libfabric) are not
+    buildable; entries under ``externals:`` are, unless they say otherwise.
+    """
+    d = site.data
+    out: dict[str, dict[str, Any]] = {}
+
+    def add(ext: dict[str, Any], buildable: bool) -> None:
+        name = package_name(ext["spec"])
+        entry = out.setdefault(name, {"buildable": buildable, "externals": []})
+        entry["buildable"] = bool(ext.get("buildable", entry["buildable"]))
+        item: dict[str, Any] = {"spec": ext["spec"]}
+        if ext.get("prefix"):
+            item["prefix"] = ext["prefix"]
+        if ext.get("modules"):
+            item["modules"] = list(ext["modules"])
+        if ext.get("languages"):
+            item["extra_attributes"] = {"compilers": dict(ext["languages"])}
+        entry["externals"].append(item)
+
+    for comp in d["compilers"]:
+        spec = comp["spec"] + " languages=c,c++,fortran"
+        for key in ("target", "os"):
+            if comp.get(key):
+                spec += f" {key}={comp[key]}"
+        add(dict(comp, spec=spec), buildable=False)
+    mpi = d["mpi"]
+    if mpi.get("prefix") or mpi.get("modules"):
+        spec = mpi_requirement(d)
+        if mpi["kind"] == "cray-mpich":  # a CudaPackage: GTL and cuda_arch must match
+            spec += f" +cuda cuda_arch={site.cuda_arch}" if site.gpu else " ~cuda"
+        add({"spec": spec, "prefix": mpi.get("prefix"), "modules": mpi.get("modules")}, False)
+    if site.gpu:
+        for key in ("cuda", "cudnn"):
+            if site.gpu.get(key):
+                add(site.gpu[key], buildable=False)
+    if d.get("libfabric"):
+        add(d["libfabric"], buildable=False)
+    for ext in d.get("externals", []):
+        add(ext, buildable=True)
+    return out
+
+
+def repos(outdir: Path) -> dict[str, str]:
+    """The torchmpi repository, relative to the environment directory (movable checkouts)."""
+    try:
+        rel = os.path.relpath(paths.torchmpi_repo(), outdir.resolve())
+    except ValueError:  # another drive (Windows); keep it absolute
+        rel = str(paths.torchmpi_repo())
+    return {"torchmpi": rel}
+
+
+def install(site: Site) -> dict[str, Any]:
+    """The ``config:`` section: the site's install tree, when it names one."""
+    root = (site.data.get("install") or {}).get("root")
+    return {"install_tree": {"root": root}} if root else {}
+
+
+def _env_hint(outdir: Path) -> str:
+    try:
+        return str(outdir.resolve().relative_to(paths.root()))
+    except ValueError:
+        return str(outdir)
+
+
+def spack_yaml(site: Site, outdir: Path) -> tuple[list[Part], dict[str, Any]]:
+    """spack.yaml text parts and the data they must load back to."""
+    env: dict[str, Any] = {
+        "include": ["packages.yaml", "modules.yaml"],
+        "repos": repos(outdir),
+        "specs": roots(site),
+        "view": False,
+    }
+    env_vars = runtime.resolve(site.data).spack()
+    if env_vars:
+        env["env_vars"] = env_vars
+    concretizer: dict[str, Any] = {"unify": True}
+    if not site.is_local:
+        concretizer["targets"] = {"host_compatible": False}
+    concretizer["concretization_cache"] = {"enable": False}
+    env["concretizer"] = concretizer
+    config = install(site)
+    if config:
+        env["config"] = config
+    detected = ", ".join(f"{k}={v or 'none'}" for k, v in sorted(site.detected.items()))
+    lines = [f"Spack environment for site '{site.name}': {site.data['description']}"]
+    if detected:
+        lines.append(f"Detected on the rendering host: {detected}")
+    lines += [
+        "Activate with the project's Spack (`. ./setup-env.sh`):",
+        f"  spack env activate {_env_hint(outdir)} && spack concretize && spack install",
+        "",
+        "include: packages.yaml (compilers, externals, MPI and target requirements) and",
+        "modules.yaml (module files: hierarchy, projections, site runtime variables).",
+        "repos: the torchmpi package repository, relative to this directory; the",
+        "builtin repository comes from the user scope that setup-env.sh configures.",
+        "env_vars: the site's runtime variables (fabric defaults and the site file's",
+        "`runtime`), set by `spack env activate`; modules.yaml sets the same on",
+        "`module load py-torch-mpi` and runtime.sh exports them.",
+        "concretizer: unify, one py-torch, NCCL and MPI for every root.",
+    ]
+    if not site.is_local:
+        lines.append("host_compatible false: the compute nodes' CPU may not be this host's.")
+    lines += [
+        "concretization_cache off: Spack 1.1's cache can return stale solves after a",
+        "package edit (spack/spack#51553); an unchanged re-solve is answered from spack.lock.",
+    ]
+    expected = {"spack": env}
+    return [comment(*lines), Block(expected)], expected
+
+
+def packages_yaml(site: Site) -> tuple[list[Part], dict[str, Any]]:
+    """packages.yaml text parts (requirements, then externals) and their data."""
+    d = site.data
+    compiler = d["compilers"][0]["spec"]
+    reqs: dict[str, Any] = {
+        "all": {"require": [f"target={d['target']}"]},
+        "c": {"require": [compiler]},
+        "cxx": {"require": [compiler]},
+        "fortran": {"require": [compiler]},
+        "mpi": {"require": [mpi_requirement(d)]},
+    }
+    nccl = d.get("nccl") or {}
+    pins: dict[str, Any] = {}
+    if nccl.get("version"):
+        pins["nccl"] = {"require": [f"@{nccl['version']}"]}
+    if nccl.get("plugin"):
+        pins["aws-ofi-nccl"] = {"require": [f"@{nccl['plugin']}"]}
+    optional = {
+        "py-networkx": {"require": ["~default"]},
+        "py-torch": {"require": ["~valgrind"]},
+    }
+    # `name::` (quoted key 'name:') replaces what lower scopes say about it.
+    ext = {f"{name}:": entry for name, entry in externals(site).items()}
+    parts: list[Part] = [
+        comment(f"Site facts for '{site.name}' as Spack package requirements and externals.",
+                "Requirements use `require:` so a misspelt variant fails loudly."),
+        "packages:\n",
+        Block(reqs, 2),
+    ]
+    if pins:
+        why = ["The site's NCCL."]
+        if nccl.get("plugin"):
+            why = ["The site's NCCL and aws-ofi-nccl plugin: a pair a source vouches for",
+                   "(nccl-ss11's VOUCHED_PAIRS, docs/design.md)."]
+        parts += [comment(*why, indent=2), Block(pins, 2)]
+    parts += [
+        comment("Optional dependencies that torch does not use, kept out of every build:",
+                "networkx's \"default\" extras (matplotlib, scipy, pandas, and through numba",
+                "an LLVM build) and torch's Valgrind hooks (a debugging aid).", indent=2),
+        Block(optional, 2),
+        comment("`name:` (Spack's `name::`) replaces what lower scopes say about the",
+                "package: the site file is the only source of its externals (a compiler",
+                "that Spack auto-detected on the rendering host must not stand in for",
+                "the site's).", indent=2),
+        Block(ext, 2),
+    ]
+    return parts, {"packages": {**reqs, **pins, **optional, **ext}}
