@@ -195,7 +195,9 @@ def _fill_mpi_kind(site: Any, data: dict[str, Any], facts: dict[str, Any]) -> No
 
 
 def _fill_externals(site: Any, data: dict[str, Any], facts: dict[str, Any]) -> None:
-    data["externals"] = [dict(e) for e in build_tools()]
+    """Left as ``auto`` here: :func:`build_tools` runs Spack (seconds), so the
+    externals are found when an environment is rendered, not whenever the local
+    site is loaded (``torchmpi sites``, doctor)."""
 
 
 #: How each key of :data:`torchmpi.site.AUTO_KEYS` is filled in; a test checks

@@ -85,7 +85,12 @@ def externals(site: Site) -> dict[str, dict[str, Any]]:
                 add(site.gpu[key], buildable=False)
     if d.get("libfabric"):
         add(d["libfabric"], buildable=False)
-    for ext in d.get("externals", []):
+    extra = d.get("externals", [])
+    if extra == "auto":  # the local site: the host's build tools, found by Spack at render time
+        from torchmpi import detect
+
+        extra = detect.build_tools()
+    for ext in extra:
         add(ext, buildable=True)
     return out
 

@@ -97,5 +97,5 @@ def run(args: argparse.Namespace) -> int:
     status = "written" if result.written else "unchanged"
     text = f"{outdir}: " + (f"wrote {', '.join(result.written)}" if result.written else status)
     _report(args, {**record, "status": status, "written": result.written,
-                   "unchanged": result.unchanged}, text)
+                   "unchanged": [f for f in files if f not in result.written]}, text)
     return 0
