@@ -251,3 +251,27 @@ def test_check_on_a_never_rendered_environment_says_so(tmp_path: Path, capsys) -
     captured = capsys.readouterr()
     assert "was never rendered" in captured.err and captured.out == ""
     assert not (tmp_path / "nope").exists()
+
+
+def test_environment_develops_the_tool_from_this_checkout(tmp_path: Path) -> None:
+    """py-torchmpi is built from the checkout (``spack develop``), named by a
+    path relative to the environment, so no path of the rendering machine."""
+    from torchmpi import __version__
+
+    outdir = paths.environments_dir() / "derecho"
+    spack = yaml.safe_load(renderer.bodies(sitemod.load("derecho"), outdir)["spack.yaml"])
+    entry = spack["spack"]["develop"]["py-torchmpi"]
+    assert entry["spec"] == f"py-torchmpi@={__version__}"
+    assert not Path(entry["path"]).is_absolute()
+    assert (outdir / entry["path"]).resolve() == paths.root().resolve()
+
+
+def test_site_mirrors_are_rendered(tmp_path: Path) -> None:
+    site = sitemod.load("derecho")
+    assert "mirrors" not in yaml.safe_load(
+        renderer.bodies(site, tmp_path / "env")["spack.yaml"])["spack"]
+    path = _copy(tmp_path, "derecho", lambda d: d["install"].update(
+        mirrors={"ncar-cache": "file:///glade/campaign/torchmpi/cache"}))
+    spack = yaml.safe_load(renderer.bodies(sitemod.load(str(path)), tmp_path / "env")
+                           ["spack.yaml"])["spack"]
+    assert spack["mirrors"] == {"ncar-cache": "file:///glade/campaign/torchmpi/cache"}

@@ -104,6 +104,26 @@ def repos(outdir: Path) -> dict[str, str]:
     return {"torchmpi": rel}
 
 
+def develop(outdir: Path) -> dict[str, Any]:
+    """The ``develop:`` section: the torchmpi tool (py-torchmpi) from this checkout.
+
+    py-torchmpi has no published release; ``spack develop`` makes Spack build
+    it from the checkout and record the path (``dev_path``) in its spec.
+    """
+    from torchmpi import __version__
+
+    try:
+        rel = os.path.relpath(paths.root(), outdir.resolve())
+    except ValueError:
+        rel = str(paths.root())
+    return {"py-torchmpi": {"spec": f"py-torchmpi@={__version__}", "path": rel}}
+
+
+def mirrors(site: Site) -> dict[str, str]:
+    """The ``mirrors:`` section: the site's build caches, from ``install.mirrors``."""
+    return dict((site.data.get("install") or {}).get("mirrors") or {})
+
+
 def install(site: Site) -> dict[str, Any]:
     """The ``config:`` section: the site's install tree, when it names one."""
     root = (site.data.get("install") or {}).get("root")
@@ -124,7 +144,11 @@ def spack_yaml(site: Site, outdir: Path) -> tuple[list[Part], dict[str, Any]]:
         "repos": repos(outdir),
         "specs": roots(site),
         "view": False,
+        "develop": develop(outdir),
     }
+    site_mirrors = mirrors(site)
+    if site_mirrors:
+        env["mirrors"] = site_mirrors
     env_vars = runtime.resolve(site.data).spack()
     if env_vars:
         env["env_vars"] = env_vars
@@ -148,6 +172,7 @@ def spack_yaml(site: Site, outdir: Path) -> tuple[list[Part], dict[str, Any]]:
         "modules.yaml (module files: hierarchy, projections, site runtime variables).",
         "repos: the torchmpi package repository, relative to this directory; the",
         "builtin repository comes from the user scope that setup-env.sh configures.",
+        "develop: the torchmpi tool (py-torchmpi) is built from this checkout.",
         "env_vars: the site's runtime variables (fabric defaults and the site file's",
         "`runtime`), set by `spack env activate`; modules.yaml sets the same on",
         "`module load py-torch-mpi` and runtime.sh exports them.",
