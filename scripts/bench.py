@@ -110,6 +110,29 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+#: Sites with a from-source target (docs/performance.md): Derecho <= 50.
+FROM_SOURCE_TARGET = {"derecho": 50}
+
+
+def bars(rows: list[dict], width: int = 50) -> str:
+    """Per site, one bar of its nodes: '#' built from source, '.' external."""
+    most = max(r["nodes"] for r in rows) or 1
+    name_w = max(len(r["site"]) for r in rows)
+    lines = ["nodes per site ('#' from source, '.' external)"]
+    for r in rows:
+        built = round(width * r["to_build"] / most)
+        ext = round(width * r["external"] / most)
+        line = (f"{r['site']:<{name_w}}  {'#' * built}{'.' * ext}"
+                f"{' ' * (width - built - ext)}  {r['nodes']} nodes: {r['to_build']} from source,"
+                f" {r['external']} external")
+        target = FROM_SOURCE_TARGET.get(r["site"])
+        if target is not None:
+            verdict = "met" if r["to_build"] <= target else "NOT met"
+            line += f"  (target <= {target} from source: {verdict})"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("sites", nargs="*", default=sitemod.available(),
@@ -126,6 +149,8 @@ def main() -> int:
         rows.append(bench_site(tree, name))
         (args.out / "bench.json").write_text(json.dumps(rows, indent=2) + "\n")
     print(table(rows))
+    print()
+    print(bars(rows))
     print("\n(1) time = concretize / bare spec, target <= 1.1;"
           " (2) builds = env / bare spec from-source nodes;"
           " (3) again = unchanged re-concretize / first, target <= 0.3")
