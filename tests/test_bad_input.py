@@ -84,7 +84,8 @@ def scratch(tmp_path: Path, monkeypatch) -> Path:
     for env in (ROOT / "environments").iterdir():
         (envs / env.name).mkdir(parents=True)
         for f in env.iterdir():
-            (envs / env.name / f.name).write_bytes(f.read_bytes())
+            if f.is_file():  # not .spack-env/, which a concretized environment has
+                (envs / env.name / f.name).write_bytes(f.read_bytes())
     spack = tmp_path / "spack" / "bin" / "spack"
     spack.parent.mkdir(parents=True)
     spack.write_text(f"#!/bin/sh\ntouch {tmp_path}/SPACK-STARTED\nexit 1\n")
