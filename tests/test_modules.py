@@ -77,8 +77,13 @@ def _fix_fake_prefixes(spack, dep: Deployed) -> None:
     for line in out.splitlines():
         name, prefix, version = line.split()
         if name == "python-venv":
+            # Keep Spack's metadata (.spack/spec.json): a build cache needs it.
+            meta = Path(prefix) / ".spack"
+            keep = Path(prefix).parent / f".{Path(prefix).name}.spack"
+            shutil.move(str(meta), str(keep))
             shutil.rmtree(prefix, ignore_errors=True)
             subprocess.run([sys.executable, "-m", "venv", "--without-pip", prefix], check=True)
+            shutil.move(str(keep), str(meta))
         elif name.startswith("py-"):
             (Path(prefix) / "lib" / pyver / "site-packages").mkdir(parents=True, exist_ok=True)
         elif name == "intel-oneapi-mkl":
@@ -301,3 +306,39 @@ def test_buildcache_push_and_list(spack, deployed, tmp_path) -> None:
     # --only package: no built dependency came along (externals are listed as
     # records, docs/admins.md §5).
     assert not listed & {"nccl", "py-torch", "python"}, out
+
+
+def test_buildcache_round_trip_into_a_fresh_store(spack, deployed, tmp_path) -> None:
+    """Build once, install many (docs/admins.md §5): push the whole environment
+    to a directory build cache, install it ``--cache-only`` into a fresh store
+    with a fresh user scope, generate its modules and load py-torch-mpi there."""
+    from conftest import Spack
+
+    dep = deployed["derecho"]
+    mirror = tmp_path / "mirror"
+    # --private: a site's own mirror may hold packages whose licence forbids
+    # public binaries (intel-oneapi-mkl); Spack skips them without it.
+    spack.run(*dep.overrides, "-e", str(dep.env_dir), "buildcache", "push", "--unsigned",
+              "--private", "--update-index", str(mirror), timeout=1800)
+    fresh_scope = tmp_path / "fresh-user-config"
+    fresh_scope.mkdir()
+    for name in ("repos.yaml", "concretizer.yaml"):
+        shutil.copy(spack.config_dir / name, fresh_scope / name)
+    fresh = Spack(spack.root, spack.builtin, fresh_scope, spack.cache_dir)
+    other = Deployed(dep.site, dep.env_dir, tmp_path / "fresh-store", tmp_path / "fresh-modules")
+    mirror_arg = ["-c", f"mirrors:site-cache:{mirror}"]
+    fresh.run(*other.overrides, *mirror_arg, "-c", "modules:default:enable::[]",
+              "-e", str(dep.env_dir), "install", "--cache-only", "--no-check-signature",
+              timeout=1800)
+    installed = fresh.run(*other.overrides, "-e", str(dep.env_dir), "find", "--format",
+                          "{name}").stdout.split()
+    assert "py-torch-mpi" in installed and "py-torch" in installed, installed
+    built_here = list((tmp_path / "fresh-store").rglob("spack-build-out.txt"))
+    assert not built_here, "installed from the cache, nothing built: " + str(built_here[:3])
+    fresh.run(*other.overrides, "-e", str(dep.env_dir), "module", "lmod", "refresh", "-y",
+              "--delete-tree")
+    got = _module_env(fresh, other)
+    expected = runtime.environment(dep.site.data)
+    assert {k: got.get(k) for k in expected} == expected
+    assert any("/py-torch-mpi-" in d for d in got.get("PYTHONPATH", "").split(":")), got
+

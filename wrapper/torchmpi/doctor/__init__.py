@@ -6,7 +6,7 @@ One module per concern: :mod:`.gpu` (torch, its backends, GPUs and driver),
 :mod:`.probe` (the real one-rank all-reduces), :mod:`.site_env` (the site's
 runtime variables and launcher-bound settings) and :mod:`.report` (gather,
 run, print).  Nothing heavy is imported here: the doctor runs without Spack,
-jinja2 or jsonschema, and reports -- not crashes -- when torch is broken.
+ruamel.yaml or jsonschema, and reports -- not crashes -- when torch is broken.
 """
 
 from __future__ import annotations
