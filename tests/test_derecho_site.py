@@ -60,7 +60,7 @@ def _externals_by_role(data: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
 def _defined_keys(text: str) -> set[str]:
     """Citation keys the header defines, e.g. `[db] its .spack-db/index.json`."""
     header = text[: text.index("\nname:")]
-    return set(re.findall(r"\[([a-z]+)\] (?:is )?its \S+", header))
+    return set(re.findall(r"\[([a-z]+)\] (?:is )?its\s+(?:#\s*)?[\w./-]+", header))
 
 
 def test_header_cites_ncar_repository_commit_and_files(text: str) -> None:
