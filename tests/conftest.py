@@ -125,3 +125,16 @@ def have_mpirun() -> str:
     if not exe:
         pytest.skip("mpirun not installed (apt install openmpi-bin)")
     return exe
+
+
+def edited_site(tmp_path: Path, name: str, edit=None):
+    """A copy of a shipped site file, edited as data, loaded from ``tmp_path``."""
+    import yaml
+    from torchmpi import site as sitemod
+
+    data = yaml.safe_load((paths.sites_dir() / f"{name}.yaml").read_text())
+    if edit:
+        edit(data)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return sitemod.load(str(path))

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from torchmpi import paths, runtime
+from conftest import edited_site as _site
 from torchmpi import render as renderer
+from torchmpi import runtime
 from torchmpi import site as sitemod
 from torchmpi.errors import UserError
 
@@ -30,13 +31,6 @@ def _rendered(site: sitemod.Site, tmp_path: Path) -> dict[str, str]:
     return renderer.render(site, tmp_path / site.name)
 
 
-def _site(tmp_path: Path, name: str, edit=None) -> sitemod.Site:
-    data = yaml.safe_load((paths.sites_dir() / f"{name}.yaml").read_text())
-    if edit:
-        edit(data)
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return sitemod.load(str(path))
 
 
 def _runtime_sh(text: str) -> dict[str, str]:

@@ -11,21 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import edited_site as _site
 from torchmpi import paths, runtime
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
 from torchmpi.cli import main
 from torchmpi.errors import UserError
-
-
-def _site(tmp_path: Path, name: str, edit=None) -> sitemod.Site:
-    """A copy of a shipped site, edited, loaded from a private sites/ directory."""
-    data = yaml.safe_load((paths.sites_dir() / f"{name}.yaml").read_text())
-    if edit:
-        edit(data)
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return sitemod.load(str(path))
 
 
 def sourced(text: str, tmp_path: Path, before: dict[str, str] | None = None) -> dict[str, str]:
