@@ -18,8 +18,10 @@ from torchmpi import site as sitemod
 from torchmpi.cli import main
 from torchmpi.errors import UserError
 
-SHIPPED = ["alps-gh200", "derecho", "generic-ib", "local", "perlmutter"]
-COMMITTED = ["alps-gh200", "derecho", "generic-ib", "perlmutter"]
+#: The site files as the directory has them (sites/ is the only list of sites).
+SHIPPED = sorted(p.stem for p in paths.sites_dir().glob("*.yaml"))
+#: Those with a committed environment: all but the host-detected one(s).
+COMMITTED = [n for n in SHIPPED if not sitemod.load(n).is_local]
 
 
 @pytest.fixture
@@ -51,6 +53,7 @@ def cli_error(capsys, *argv: str) -> str:
 
 def test_every_shipped_site_is_valid() -> None:
     assert sitemod.available() == SHIPPED
+    assert "local" in SHIPPED and "local" not in COMMITTED  # the embedded default
     for name in SHIPPED:
         site = sitemod.load(name)
         assert site.name == name
