@@ -95,13 +95,25 @@ def test_launcher_flags(env, status, words):
     assert check.status == status and words in check.detail, check
 
 
+def test_launcher_rules_are_the_fabric_data():
+    """The rules live in the fabric data (one place), not in the doctor's code."""
+    import yaml
+
+    data = yaml.safe_load((Path(__file__).resolve().parents[1] / "wrapper" / "torchmpi" / "data"
+                           / "fabrics" / "slingshot.yaml").read_text())
+    rules = site_env.launcher_rules()
+    assert rules and [r.variable for r in rules] == [f["variable"] for f in
+                                                      data["launcher_flags"]]
+
+
 def test_every_rule_cites_its_source():
-    for rule in site_env.LAUNCHER_RULES:
+    assert site_env.launcher_rules()
+    for rule in site_env.launcher_rules():
         assert "HPE" in rule.source and rule.slurm_flag.startswith("srun --network=")
 
 
 def test_users_job_examples_show_each_launcher_flag():
     text = (Path(__file__).resolve().parents[1] / "docs" / "users.md").read_text()
-    for rule in site_env.LAUNCHER_RULES:
+    for rule in site_env.launcher_rules():
         assert rule.slurm_flag.split()[-1] in text and rule.pbs_flag in text
         assert f"SLURM_NETWORK={rule.slurm_value}" in text

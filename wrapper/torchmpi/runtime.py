@@ -79,6 +79,20 @@ def fabric_defaults(fabric: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     return str(data.get("source", "")), env
 
 
+@cache
+def launcher_flags() -> tuple[dict[str, str], ...]:
+    """Runtime values that need a launcher flag, from every fabric's data file
+    (``launcher_flags``: variable, value, slurm_flag, slurm_value, pbs_flag, source)."""
+    out = []
+    for ref in sorted(resources.files("torchmpi").joinpath("data", "fabrics").iterdir(),
+                      key=lambda r: r.name):
+        if ref.name.endswith(".yaml"):
+            data = yaml.safe_load(ref.read_text(encoding="utf-8")) or {}
+            out += [{k: str(v) for k, v in rule.items()}
+                    for rule in data.get("launcher_flags") or []]
+    return tuple(out)
+
+
 def cray_gpu_switch(data: dict[str, Any]) -> str | None:
     """The value MPICH_GPU_SUPPORT_ENABLED must have on this site, or None if it does not apply.
 

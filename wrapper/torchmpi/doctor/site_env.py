@@ -101,21 +101,21 @@ class LauncherRule:
     source: str
 
 
-#: HPE: FI_CXI_RDZV_PROTO=alt_read needs the NIC's rendezvous GET off for the job
-#: (HewlettPackard/shs-ccl-docs ccl_env.sh@b150230: "When running with slurm, the
-#: flag --network=disable_rdzv_get is required"; nccl/nccl_tuning_guide.md gives
-#: PBS Pro's --disable-rdzv-get).
-LAUNCHER_RULES: tuple[LauncherRule, ...] = (
-    LauncherRule("FI_CXI_RDZV_PROTO", "alt_read", "srun --network=disable_rdzv_get",
-                 "disable_rdzv_get", "--disable-rdzv-get",
-                 "HPE shs-ccl-docs ccl_env.sh and nccl_tuning_guide.md"),
-)
+def launcher_rules() -> tuple[LauncherRule, ...]:
+    """The launcher-bound settings, from the fabric data files (``launcher_flags``
+    in ``torchmpi/data/fabrics/*.yaml``, with their sources); none when this
+    node lacks PyYAML to read them."""
+    try:
+        from torchmpi import runtime
+    except ModuleNotFoundError:
+        return ()
+    return tuple(LauncherRule(**rule) for rule in runtime.launcher_flags())
 
 
 def check_launcher_flags(env: Mapping[str, str]) -> Check:
     """Settings in this job that need a launcher flag (HPE alt_read) were launched with it."""
     name = "launcher.flags"
-    active = [r for r in LAUNCHER_RULES if env.get(r.variable) == r.value]
+    active = [r for r in launcher_rules() if env.get(r.variable) == r.value]
     if not active:
         return Check(name, PASS, "no setting here needs a launcher flag")
     in_slurm = bool(env.get("SLURM_STEP_ID") or env.get("SLURM_JOB_ID"))
