@@ -151,3 +151,23 @@ def test_cray_sites_reuse_the_site_externals(solved) -> None:
         lock = _lock(solved, name)
         ext = {n.name for n in lock.externals}
         assert {"cray-mpich", "cuda", "libfabric", "gcc"} <= ext, (name, ext)
+
+
+def _from_source_targets() -> dict[str, int]:
+    """The per-site from-source targets, where `make bench` keeps them."""
+    import importlib.util
+
+    path = paths.root() / "scripts" / "bench.py"
+    spec = importlib.util.spec_from_file_location("torchmpi_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench.FROM_SOURCE_TARGET
+
+
+@pytest.mark.parametrize("name", sorted(_from_source_targets()))
+def test_site_builds_at_most_its_target_from_source(solved, name) -> None:
+    lock = _lock(solved, name)
+    built = sorted(n.name for n in lock.to_build)
+    assert len(built) <= _from_source_targets()[name], (len(built), built)
+    # The site's python stack is reused, not rebuilt.
+    assert all(n.external for n in lock.named("python")), "python must be NCAR's"
