@@ -172,10 +172,12 @@ def test_doctor_help_has_description_example_and_defaults():
 
 
 def test_compute_node_verbs_work_without_site_tooling_modules():
-    """py-torch-mpi installs the wrapper without jsonschema/jinja2/archspec/Spack."""
+    """The CLI path of the missing-module SKIP (test_doctor_site tests the function):
+    py-torchmpi's run dependencies are python and PyYAML only, so a compute node
+    may lack jsonschema, ruamel.yaml, archspec and Spack."""
     code = (
         "import sys\n"
-        "for m in ('jsonschema', 'jinja2', 'archspec', 'archspec.cpu', 'spack'):\n"
+        "for m in ('jsonschema', 'ruamel', 'ruamel.yaml', 'archspec', 'archspec.cpu', 'spack'):\n"
         "    sys.modules[m] = None\n"
         "from torchmpi.cli import main\n"
         "sys.exit(main(['doctor', '--json', '--site', 'derecho']))\n"
