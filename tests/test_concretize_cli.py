@@ -240,3 +240,54 @@ def test_roots_paired_with_another_roots_hash_are_refused(fake_spack: Path, caps
                         {"hash": "t", "spec": "torchmpi.py-torch"}]
     (fake_spack / "lock.json").write_text(json.dumps(swapped))
     assert main(["concretize", "derecho", "-o", str(fake_spack / "env"), "-q", "-f"]) == 0
+
+
+def _compiled_lock(tmp: Path, *, runtimes: bool) -> Lock:
+    """Derecho's off-site DAG in small: torch compiled by the site's external
+    gcc@12.2.0 (Spack 1.1 keeps that node even when it cannot run the
+    compiler), with or without the runtime nodes Spack adds for a compiler it
+    can run (gcc-runtime, compiler-wrapper, the libc)."""
+    gcc_edge = {"name": "gcc", "hash": "g", "parameters": {"virtuals": ["c", "cxx"]}}
+    specs = {
+        "t": {"name": "py-torch", "version": "2.11.0", "arch": {"platform_os": "sles15"},
+              "dependencies": [gcc_edge]},
+        "g": {"name": "gcc", "version": "12.2.0", "arch": {"platform_os": "sles15"},
+              "external": {"path": "/opt/cray/pe/gcc/12.2.0/snos"}},
+    }
+    if runtimes:
+        specs["t"]["dependencies"] += [
+            {"name": "gcc-runtime", "hash": "gr", "parameters": {}},
+            {"name": "compiler-wrapper", "hash": "w", "parameters": {}},
+            {"name": "glibc", "hash": "l", "parameters": {"virtuals": ["libc"]}},
+        ]
+        specs["gr"] = {"name": "gcc-runtime", "version": "12.2.0",
+                       "arch": {"platform_os": "sles15"}}
+        specs["w"] = {"name": "compiler-wrapper", "version": "1.0",
+                      "arch": {"platform_os": "sles15"}}
+        specs["l"] = {"name": "glibc", "version": "2.31", "arch": {"platform_os": "sles15"},
+                      "external": {"path": "/usr"}}
+    path = tmp / ("with.lock" if runtimes else "without.lock")
+    path.write_text(json.dumps({"roots": [{"hash": "t", "spec": "py-torch"}],
+                                "concrete_specs": specs}))
+    return Lock(path)
+
+
+def test_offsite_differences_name_the_missing_compiler_runtime(tmp_path: Path) -> None:
+    """A lock that has the site's gcc node but none of the nodes Spack adds for a
+    compiler it can run -- the shape of derecho solved here -- must say so.
+    (Before: the gcc node's presence hid it, and a site without `libc` got no
+    libc line at all: derecho's preview listed only store, os and paths.)"""
+    data = {"os": "sles15", "compilers": [{
+        "spec": "gcc@12.2.0", "prefix": "/opt/cray/pe/gcc/12.2.0/snos",
+        "languages": {"c": "/opt/cray/pe/gcc/12.2.0/snos/bin/gcc"}}]}
+    lines = offsite.differences(data, _compiled_lock(tmp_path, runtimes=False))
+    runtime = [line for line in lines if line.startswith("compiler runtime:")]
+    assert len(runtime) == 1, lines
+    assert "gcc-runtime@12.2.0" in runtime[0] and "compiler-wrapper" in runtime[0]
+    assert "1 node" in runtime[0]
+    libc = [line for line in lines if line.startswith("libc:")]
+    assert libc and "no libc node" in libc[0] and "`libc`" in libc[0], lines
+    # With the runtime nodes present (as on the site) neither line appears.
+    lines = offsite.differences(data | {"libc": "glibc@2.31"},
+                                _compiled_lock(tmp_path, runtimes=True))
+    assert not [line for line in lines if line.startswith(("compiler runtime:", "libc:"))]

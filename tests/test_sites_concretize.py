@@ -171,3 +171,35 @@ def test_site_builds_at_most_its_target_from_source(solved, name) -> None:
     assert len(built) <= _from_source_targets()[name], (len(built), built)
     # The site's python stack is reused, not rebuilt.
     assert all(n.external for n in lock.named("python")), "python must be NCAR's"
+
+
+@pytest.mark.parametrize("name", [n for n in SITES if not sitemod.load(n).is_local])
+def test_offsite_lock_says_what_the_site_gets_instead(solved, name) -> None:
+    """The real off-site lock, read as the site would build it: every node a site
+    compiler compiles without that compiler's runtime nodes, and a DAG without a
+    libc, is named in the preview's differences (derecho, alps-gh200: their gcc
+    cannot run here, so Spack 1.1 adds no gcc-runtime, compiler-wrapper or glibc)."""
+    from torchmpi import offsite
+
+    site = solved[name].site
+    lock = _lock(solved, name)
+    lines = offsite.differences(site.data, lock)
+    assert lines and lines[0].startswith("install tree:"), "off the site: a preview"
+    for comp in site.data["compilers"]:
+        compiler, _, version = comp["spec"].partition("@")
+        compiled = [n for n in lock.nodes.values()
+                    if any(d == compiler and {"c", "cxx", "fortran"} & set(v)
+                           for d, _, v in n.deps)]
+        without = [n for n in compiled
+                   if not {"gcc-runtime", "compiler-wrapper"} <= {d for d, _, _ in n.deps}]
+        named = [line for line in lines if line.startswith("compiler runtime:")
+                 and comp["spec"] in line]
+        if without:
+            assert named and f"{len(without)} node(s)" in named[0], (without[:3], lines)
+            assert f"gcc-runtime@{version}" in named[0]
+        else:
+            assert not named, lines
+    if not lock.named("glibc") and not lock.named("musl"):
+        assert any(line.startswith("libc: the lock has no libc node") for line in lines), lines
+    if name == "derecho":  # Spack 1.1 cannot run the Cray PE's gcc here
+        assert not lock.named("gcc-runtime") and not lock.named("glibc")

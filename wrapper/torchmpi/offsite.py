@@ -93,6 +93,45 @@ def check_compilers(data: dict[str, Any], path: Path) -> None:
         raise UserError("\n".join(problems))
 
 
+#: The package each builtin compiler's ``runtime_constraints`` adds as a link
+#: dependency of whatever it compiles (builtin gcc and intel-oneapi-compilers
+#: are the two that define it in spack-packages v2026.06.0); Spack 1.1 also
+#: adds ``compiler-wrapper`` as a build dependency for every compiler it uses.
+RUNTIME_PACKAGES = {"gcc": "gcc-runtime", "intel-oneapi-compilers": "intel-oneapi-runtime"}
+
+_LANGUAGES = frozenset(("c", "cxx", "fortran"))
+
+
+def _runtime_gap(lock: Any, spec: str) -> str | None:
+    """A line when nodes compiled by the site compiler ``spec`` lack its runtime nodes.
+
+    Spack 1.1 keeps an external compiler it cannot run as a node (it compiles
+    the DAG), but injects the runtime dependencies only for compilers it can
+    run (``define_runtime_constraints`` loops over the accepted ones), so such
+    a lock has neither gcc-runtime nor compiler-wrapper: every node built by
+    the compiler gets another hash on the site.
+    """
+    name, _, version = spec.partition("@")
+    compilers = {h for h, n in lock.nodes.items() if n.name == name and n.version == version}
+    wanted = ["compiler-wrapper"]
+    if name in RUNTIME_PACKAGES:
+        wanted.insert(0, RUNTIME_PACKAGES[name])
+    lacking = []
+    for node in lock.nodes.values():
+        if not any(h in compilers and _LANGUAGES & set(v) for _, h, v in node.deps):
+            continue
+        deps = {dep for dep, _, _ in node.deps}
+        if not all(w in deps for w in wanted):
+            lacking.append(node)
+    if not lacking:
+        return None
+    names = " and ".join(f"{w}@{version}" if w in RUNTIME_PACKAGES.values() else w
+                         for w in wanted)
+    return (f"compiler runtime: {len(lacking)} node(s) compiled by {spec} here have no "
+            f"{names} dependency (Spack 1.1 adds them only for a compiler it can run); on "
+            "the site each of these nodes gets them, so its hash differs")
+
+
 def differences(data: dict[str, Any], lock: Any) -> list[str]:
     """What an off-site lock shows that the site would not build, one line each.
 
@@ -110,11 +149,14 @@ def differences(data: dict[str, Any], lock: Any) -> list[str]:
         out.append(f"os: the lock says {', '.join(oses)} (this host's); the site file states "
                    "none (key `os`)")
     libcs = sorted({n.label for n in lock.nodes.values() if n.name in ("glibc", "musl")})
-    if data.get("libc"):
-        if libcs != [data["libc"]]:
-            out.append(f"libc: the lock has {', '.join(libcs) or 'none'}; the site has "
-                       f"{data['libc']}")
-    elif libcs:
+    site_libc = data.get("libc")
+    if not libcs and built:
+        out.append("libc: the lock has no libc node (Spack 1.1 takes the libc from a compiler "
+                   "it can run); on the site every built node links "
+                   + (site_libc or "the compute nodes' libc (state it: key `libc`)"))
+    elif site_libc and libcs != [site_libc]:
+        out.append(f"libc: the lock has {', '.join(libcs)}; the site has {site_libc}")
+    elif libcs and not site_libc:
         out.append(f"libc: the lock has {', '.join(libcs)} from this host")
     lock_compilers = {n.label for n in lock.nodes.values()
                       if n.name in ("gcc", "llvm", "intel-oneapi-compilers", "nvhpc", "cce")}
@@ -130,6 +172,9 @@ def differences(data: dict[str, Any], lock: Any) -> list[str]:
             if found and not spec.endswith("@" + found):
                 out.append(f"compiler: {spec} was solved with this host's {cc}, which is "
                            f"{found}, not the site's compiler")
+        missing_runtime = _runtime_gap(lock, spec)
+        if missing_runtime:
+            out.append(missing_runtime)
     absent = missing(data)
     if absent:
         shown = ", ".join(str(p) for p in absent[:3]) + (" ..." if len(absent) > 3 else "")
