@@ -291,3 +291,26 @@ def test_offsite_differences_name_the_missing_compiler_runtime(tmp_path: Path) -
     lines = offsite.differences(data | {"libc": "glibc@2.31"},
                                 _compiled_lock(tmp_path, runtimes=True))
     assert not [line for line in lines if line.startswith(("compiler runtime:", "libc:"))]
+
+
+def test_offsite_differences_name_a_host_binary_and_a_foreign_libc(tmp_path: Path) -> None:
+    """Where a binary of the site's compiler path exists here (perlmutter's
+    /usr/bin/gcc-12 on Debian) Spack ran it: the preview says which version it
+    really is; and a libc other than the one the site states is named."""
+    cc = tmp_path / "bin" / "gcc-12"
+    cc.parent.mkdir()
+    cc.write_text("#!/bin/sh\necho 12.2.0\n")
+    cc.chmod(0o755)
+    data = {"os": "sles15", "libc": "glibc@2.31",
+            "compilers": [{"spec": "gcc@12.2.0", "languages": {"c": str(cc)}}],
+            "mpi": {"kind": "cray-mpich", "prefix": str(tmp_path / "absent" / "mpich")}}
+    lock = _compiled_lock(tmp_path, runtimes=True)  # glibc@2.31, gcc@12.2.0
+    assert not [line for line in offsite.differences(data, lock)
+                if line.startswith(("compiler:", "libc:"))], "agrees: nothing to say"
+    data["compilers"][0]["spec"] = "gcc@12.3.0"
+    data["libc"] = "glibc@2.28"
+    lock.nodes["g"].version = "12.3.0"  # the lock records the stated version
+    lines = offsite.differences(data, lock)
+    assert any(line.startswith(f"compiler: gcc@12.3.0 was solved with this host's {cc}, "
+                               "which is 12.2.0") for line in lines), lines
+    assert "libc: the lock has glibc@2.31; the site has glibc@2.28" in lines
