@@ -314,3 +314,14 @@ def test_offsite_differences_name_a_host_binary_and_a_foreign_libc(tmp_path: Pat
     assert any(line.startswith(f"compiler: gcc@12.3.0 was solved with this host's {cc}, "
                                "which is 12.2.0") for line in lines), lines
     assert "libc: the lock has glibc@2.31; the site has glibc@2.28" in lines
+
+
+def test_offsite_libc_line_names_none_when_nothing_is_built(tmp_path: Path) -> None:
+    """A lock of externals only (nothing built, no libc node) against a site that
+    states its libc: the line says 'none', not an empty list."""
+    path = tmp_path / "externals.lock"
+    path.write_text(json.dumps({"roots": [{"hash": "m", "spec": "cray-mpich"}],
+                                "concrete_specs": {"m": LOCK["concrete_specs"]["m"]}}))
+    data = {"libc": "glibc@2.31", "mpi": {"prefix": str(tmp_path / "absent")}}
+    lines = offsite.differences(data, Lock(path))
+    assert "libc: the lock has none; the site has glibc@2.31" in lines, lines

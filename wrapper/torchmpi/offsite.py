@@ -155,7 +155,7 @@ def differences(data: dict[str, Any], lock: Any) -> list[str]:
                    "it can run); on the site every built node links "
                    + (site_libc or "the compute nodes' libc (state it: key `libc`)"))
     elif site_libc and libcs != [site_libc]:
-        out.append(f"libc: the lock has {', '.join(libcs)}; the site has {site_libc}")
+        out.append(f"libc: the lock has {', '.join(libcs) or 'none'}; the site has {site_libc}")
     elif libcs and not site_libc:
         out.append(f"libc: the lock has {', '.join(libcs)} from this host")
     lock_compilers = {n.label for n in lock.nodes.values()
