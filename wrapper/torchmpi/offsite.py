@@ -113,20 +113,14 @@ def _runtime_gap(lock: Any, spec: str) -> str | None:
     """
     name, _, version = spec.partition("@")
     compilers = {h for h, n in lock.nodes.items() if n.name == name and n.version == version}
-    wanted = ["compiler-wrapper"]
-    if name in RUNTIME_PACKAGES:
-        wanted.insert(0, RUNTIME_PACKAGES[name])
-    lacking = []
-    for node in lock.nodes.values():
-        if not any(h in compilers and _LANGUAGES & set(v) for _, h, v in node.deps):
-            continue
-        deps = {dep for dep, _, _ in node.deps}
-        if not all(w in deps for w in wanted):
-            lacking.append(node)
+    runtime = RUNTIME_PACKAGES.get(name)
+    wanted = ([runtime] if runtime else []) + ["compiler-wrapper"]
+    lacking = [node for node in lock.nodes.values()
+               if any(h in compilers and _LANGUAGES & set(v) for _, h, v in node.deps)
+               and not set(wanted) <= {dep for dep, _, _ in node.deps}]
     if not lacking:
         return None
-    names = " and ".join(f"{w}@{version}" if w in RUNTIME_PACKAGES.values() else w
-                         for w in wanted)
+    names = " and ".join(([f"{runtime}@{version}"] if runtime else []) + ["compiler-wrapper"])
     return (f"compiler runtime: {len(lacking)} node(s) compiled by {spec} here have no "
             f"{names} dependency (Spack 1.1 adds them only for a compiler it can run); on "
             "the site each of these nodes gets them, so its hash differs")
