@@ -219,3 +219,27 @@ def test_compute_node_verbs_import_nothing_heavy(start: str) -> None:
     loaded = _module_level_closure(start, known)
     heavy = sorted(m for m in loaded if m.split(".")[0] in HEAVY)
     assert not heavy, f"{start} loads {heavy} at import time"
+
+
+def test_no_cycle_even_through_function_level_imports() -> None:
+    """Function-level imports point only downward too: the whole import graph is acyclic.
+
+    A lazy import hides a cycle from Python's import machinery but not from a
+    reader: two modules that each need the other have no single home for the
+    facts they share (issue 21: site.py and detect.py did).
+    """
+    known = _modules()
+    graph = {m: _internal(set().union(*imports(m, known))) - {m} for m in known}
+    state: dict[str, int] = {}
+
+    def visit(mod: str, trail: list[str]) -> None:
+        if state.get(mod) == 2:
+            return
+        assert state.get(mod) != 1, "import cycle: " + " -> ".join(trail + [mod])
+        state[mod] = 1
+        for dep in sorted(graph.get(mod, ())):
+            visit(dep, trail + [mod])
+        state[mod] = 2
+
+    for mod in sorted(graph):
+        visit(mod, [])

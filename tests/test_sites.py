@@ -378,8 +378,12 @@ def test_nccl_plugin_pin_needs_slingshot(tmp_path, capsys, derecho_text) -> None
 
 
 def test_auto_keys_have_one_home() -> None:
-    """site.AUTO_KEYS is the list; detection fills exactly those keys, in that order."""
-    assert tuple(detect.FILLERS) == sitemod.AUTO_KEYS == sitemod.Site.auto_keys
+    """autokeys.AUTO_KEYS is the list (site re-exports it); detection fills exactly
+    those keys, in that order."""
+    from torchmpi import autokeys
+
+    assert sitemod.AUTO_KEYS is autokeys.AUTO_KEYS and sitemod.auto_keys is autokeys.auto_keys
+    assert tuple(detect.FILLERS) == autokeys.AUTO_KEYS == sitemod.Site.auto_keys
     local = yaml.safe_load((paths.sites_dir() / "local.yaml").read_text())
     assert sitemod.auto_keys(local) == list(sitemod.AUTO_KEYS)
     assert sitemod.auto_keys({"target": "zen3", "mpi": {"kind": "auto"}}) == ["mpi.kind"]

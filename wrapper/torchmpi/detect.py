@@ -18,6 +18,9 @@ from typing import Any
 import archspec.cpu
 import yaml
 
+from torchmpi.autokeys import auto_keys
+from torchmpi.errors import UserError
+
 
 def _run(*cmd: str) -> str | None:
     """stdout of a short probe command, or None if it is missing or fails."""
@@ -28,8 +31,14 @@ def _run(*cmd: str) -> str | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
+def host() -> archspec.cpu.Microarchitecture:
+    """This host's microarchitecture as archspec (and so Spack) names it: the one
+    home of the host-CPU fact (``target: auto``, and :attr:`Site.cross_family`)."""
+    return archspec.cpu.host()
+
+
 def target() -> str:
-    return archspec.cpu.host().name
+    return host().name
 
 
 def gpus() -> list[dict[str, str]]:
@@ -116,7 +125,6 @@ def build_tools() -> tuple[dict[str, Any], ...]:
     is written to the project's or the user's configuration.
     """
     from torchmpi import spackrun
-    from torchmpi.errors import UserError
 
     with tempfile.TemporaryDirectory(prefix="torchmpi-external-find-") as tmp:
         (Path(tmp) / "repos.yaml").write_text(
@@ -173,8 +181,6 @@ def _fill_target(site: Any, data: dict[str, Any], facts: dict[str, Any]) -> None
 
 def _fill_compilers(site: Any, data: dict[str, Any], facts: dict[str, Any]) -> None:
     if not facts["gcc"]:
-        from torchmpi.errors import UserError
-
         raise UserError(f"{site.path}: compilers: auto found no gcc/g++/gfortran on PATH")
     data["compilers"] = [facts["gcc"]]
 
@@ -200,7 +206,7 @@ def _fill_externals(site: Any, data: dict[str, Any], facts: dict[str, Any]) -> N
     site is loaded (``torchmpi sites``, doctor)."""
 
 
-#: How each key of :data:`torchmpi.site.AUTO_KEYS` is filled in; a test checks
+#: How each key of :data:`torchmpi.autokeys.AUTO_KEYS` is filled in; a test checks
 #: that the two name the same keys, so a new auto-able key cannot be forgotten here.
 FILLERS = {
     "target": _fill_target,
@@ -214,11 +220,9 @@ FILLERS = {
 def fill_in(site: Any) -> None:
     """Replace the ``auto`` values of a (local) site with what this host has.
 
-    Keys are filled in :data:`torchmpi.site.AUTO_KEYS` order: the MPI choice
+    Keys are filled in :data:`torchmpi.autokeys.AUTO_KEYS` order: the MPI choice
     depends on whether a GPU was found.
     """
-    from torchmpi.site import auto_keys
-
     data = dict(site.data)
     facts = report()
     for key in auto_keys(data):

@@ -26,30 +26,13 @@ from typing import Any
 
 import jsonschema
 
-from torchmpi import paths, runtime
+from torchmpi import detect, paths, runtime
+from torchmpi.autokeys import AUTO_KEYS, auto_keys
 from torchmpi.errors import UserError
 from torchmpi.sitefile import MAX_BYTES, _fmt_path, _nearest, parse  # noqa: F401 (re-exported)
 
 #: The site that describes this host; the only one whose keys may be ``auto``.
 LOCAL = "local"
-
-#: Keys (dotted paths) that the local site may set to ``auto``, in the order
-#: :func:`torchmpi.detect.fill_in` replaces them (the MPI choice depends on the GPU).
-AUTO_KEYS = ("target", "compilers", "gpu", "mpi.kind", "externals")
-
-
-def _get(data: dict[str, Any], dotted: str) -> Any:
-    """The value at a dotted key path, or None where any level is missing."""
-    value: Any = data
-    for part in dotted.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
-
-
-def auto_keys(data: dict[str, Any]) -> list[str]:
-    """The keys of :data:`AUTO_KEYS` that ``data`` sets to ``auto``."""
-    return [key for key in AUTO_KEYS if _get(data, key) == "auto"]
-
 
 @dataclass
 class Site:
@@ -81,7 +64,7 @@ class Site:
         target = archspec.cpu.TARGETS.get(str(self.data.get("target")))
         if self.is_local or target is None:
             return False
-        return target.family != archspec.cpu.host().family
+        return target.family != detect.host().family
 
     @property
     def sha256(self) -> str:
@@ -306,7 +289,5 @@ def load(name_or_path: str) -> Site:
     validate(path, data, lines)
     site = Site(name=data["name"], path=path, data=data, raw=raw)
     if auto_keys(data):
-        from torchmpi import detect
-
         detect.fill_in(site)
     return site
