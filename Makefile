@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 ENV   := . ./setup-env.sh &&
 
-.PHONY: setup venv spack test lint demo bench clean install-site
+.PHONY: setup venv spack test check mutate lint demo bench clean install-site
 
 setup: venv spack  ## venv + pinned Spack (idempotent)
 	@bash scripts/check-system.sh
@@ -21,8 +21,17 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 spack:
 	@bash scripts/get-spack.sh
 
+# Both cores (pytest-xdist).  --dist loadgroup: tests that read one session or
+# module fixture (a solve) carry the same xdist_group (tests/conftest.py), so
+# each solve is done once, on the worker whose tests read it.
+WORKERS ?= 2
+XDIST   := -n $(WORKERS) --dist loadgroup
+
 test: setup  ## everything; what .ci/run calls
-	$(ENV) $(PY) -m pytest tests $(PYTEST_ARGS)
+	$(ENV) $(PY) -m pytest tests $(XDIST) $(PYTEST_ARGS)
+
+check: setup  ## the fast tests: no Spack, no solve (minutes; for iteration)
+	$(ENV) $(PY) -m pytest tests $(XDIST) -m "not spack and not concretize" $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check spack_repo wrapper tests

@@ -119,6 +119,65 @@ def spack(tmp_path_factory: pytest.TempPathFactory) -> Spack:
     return Spack(root, builtin, config, user_cache)
 
 
+#: Fixture scopes whose value one xdist worker computes and only its own tests see.
+_SHARED_SCOPES = ("session", "package", "module")
+
+
+def _shared_fixtures(item: pytest.Item) -> set[str]:
+    """The session/module fixtures defined in a test module that ``item`` uses.
+
+    Those hold the solves (a concretized DAG, a solved environment); conftest's
+    own ``spack`` fixture is cheap and may run on every worker.
+    """
+    info = getattr(item, "_fixtureinfo", None)
+    out = set()
+    for name in getattr(item, "fixturenames", ()):
+        for fdef in (info.name2fixturedefs.get(name, ()) if info else ()):
+            if fdef.scope in _SHARED_SCOPES and str(fdef.baseid).endswith(".py"):
+                out.add(f"{fdef.baseid}::{name}")
+    return out
+
+
+def _xdist_groups(items: list[pytest.Item]) -> dict[str, str]:
+    """Expensive fixture -> group name, fixtures used by one test joined (union-find),
+    so that every test of a shared solve runs on the worker that solved it."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    for item in items:
+        names = sorted(_shared_fixtures(item))
+        for other in names[1:]:
+            parent[find(other)] = find(names[0])
+        for name in names:
+            find(name)
+    return {name: find(name).rsplit("::", 1)[-1] for name in parent}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark what runs Spack, and keep each shared solve's tests on one xdist worker.
+
+    * A test that takes the ``spack`` fixture (directly or through another
+      fixture) is marked ``spack`` whether or not its file says so: ``make
+      check`` deselects ``-m "not spack and not concretize"``.
+    * Under ``pytest -n N --dist loadgroup`` (``make test``) a session fixture
+      is computed once *per worker*; a test using a session or module fixture
+      of a test module gets an ``xdist_group`` named after it, so the solve is
+      done once and the tests that read it run where it was done.
+    """
+    groups = _xdist_groups(items)
+    for item in items:
+        if "spack" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("spack"):
+            item.add_marker(pytest.mark.spack)
+        shared = _shared_fixtures(item)
+        if shared and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(groups[min(shared)]))
+
+
 @pytest.fixture(scope="session")
 def have_mpirun() -> str:
     exe = shutil.which("mpirun")
