@@ -1,0 +1,135 @@
+"""Every site value cites where the centre states it (issue 18).
+
+The shipped site files for centres (Perlmutter, Alps, Derecho) define their
+sources in the header (``[key]: <repository@commit path>`` or Derecho's
+``[key] is its <path>``) and cite one on each value's line (``# [key]``).
+These checks read the committed files as text and YAML and need no solve;
+they fail when a value loses its citation, cites a key the header does not
+define, or when a file drifts back to the sources issue 18 replaced.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+import yaml
+from torchmpi import paths, runtime
+
+#: Top-level keys whose values come from the centre and must cite it.
+CITED_SECTIONS = {"target", "os", "compilers", "gpu", "mpi", "libfabric", "nccl", "runtime"}
+#: Keys that are the tool's own choice or prose, not a centre's fact.
+UNCITED_KEYS = {"kind", "source"}
+#: Sites whose every value in CITED_SECTIONS cites a source (Derecho: see
+#: test_derecho_site.py, which checks its externals the same way).
+FULLY_CITED = ("perlmutter", "alps-gh200")
+DEFINITION = re.compile(r"\[([a-z0-9]+)\](?::| (?:is )?its\s)")
+CITATION = re.compile(r"\[([a-z0-9]+)\]")
+
+
+def _text(site: str) -> str:
+    return (paths.sites_dir() / f"{site}.yaml").read_text()
+
+
+def _header(text: str) -> str:
+    return text[: text.index("\nname:")]
+
+
+def defined_keys(text: str) -> set[str]:
+    """Citation keys the header defines."""
+    return set(DEFINITION.findall(_header(text)))
+
+
+def value_lines(text: str) -> Iterator[tuple[int, str, str, str]]:
+    """(line number, section, code, comment) of each value in CITED_SECTIONS."""
+    start = text.index("\nname:") + 1
+    first = text[:start].count("\n") + 1
+    section, block_indent = None, None
+    for no, line in enumerate(text[start:].splitlines(), first):
+        code, _, comment = line.partition(" #")
+        if not code.strip() or code.lstrip().startswith("#"):
+            continue
+        indent = len(code) - len(code.lstrip())
+        if block_indent is not None and indent > block_indent:
+            continue
+        block_indent = None
+        if indent == 0:
+            section = code.split(":", 1)[0]
+        m = re.match(r"\s*(?:-\s+)?(?:([\w-]+):)?\s*(.*)$", code)
+        key, value = m.group(1), m.group(2).strip()
+        if value in (">-", ">", "|", "|-"):
+            block_indent = indent
+        if not value or value.startswith((">", "|")) or key in UNCITED_KEYS:
+            continue
+        if section in CITED_SECTIONS:
+            yield no, section, code.strip(), comment
+
+
+@pytest.mark.parametrize("site", FULLY_CITED)
+def test_every_value_cites_a_defined_source(site: str) -> None:
+    text = _text(site)
+    keys = defined_keys(text)
+    assert keys, f"{site}: the header defines no [key]: <source>"
+    lines = list(value_lines(text))
+    assert len(lines) >= 10, f"{site}: found only {len(lines)} value lines"
+    bad = [f"{site}.yaml:{no}: {code!r} cites {sorted(CITATION.findall(comment))}"
+           f" (defined: {sorted(keys)})"
+           for no, _, code, comment in lines
+           if not CITATION.findall(comment) or not set(CITATION.findall(comment)) <= keys]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("site", FULLY_CITED)
+def test_every_runtime_variable_is_cited(site: str) -> None:
+    """The line scanner sees each runtime.env variable (it cannot skip one)."""
+    env = yaml.safe_load(_text(site))["runtime"]["env"]
+    seen = {code.split(":", 1)[0] for _, section, code, _ in value_lines(_text(site))
+            if section == "runtime"}
+    assert set(env) <= seen, sorted(set(env) - seen)
+
+
+def test_uncited_value_is_reported() -> None:
+    """The check fails on a value without a citation (a copy with one comment gone)."""
+    text = _text("perlmutter").replace("version: 8.1.28                                 # [pkgs]",
+                                       "version: 8.1.28")
+    assert "version: 8.1.28\n" in text
+    missing = [code for _, _, code, comment in value_lines(text)
+               if not CITATION.findall(comment)]
+    assert missing == ["version: 8.1.28"]
+
+
+# --- Perlmutter: NERSC's own sources -----------------------------------------------
+
+def test_perlmutter_header_cites_nersc_repositories_at_commits() -> None:
+    header = _header(_text("perlmutter"))
+    for repo in ("NERSC/spack-infrastructure@", "NERSC/podman-hpc@"):
+        assert re.search(re.escape(repo) + r"[0-9a-f]{40}\b", header), repo
+    assert "etc/modules.d/nccl.yaml" in header
+    assert "settings/perlmutter/packages.yaml" in header
+    assert "polyMPO" not in header, "the third-party README is no longer a source"
+
+
+def test_perlmutter_stack_is_nerscs() -> None:
+    data = yaml.safe_load(_text("perlmutter"))
+    assert data["libfabric"]["spec"].startswith("libfabric@1.20.1 ")
+    assert data["libfabric"]["prefix"] == "/opt/cray/libfabric/1.20.1"
+    assert data["mpi"]["prefix"] == "/opt/cray/pe/mpich/8.1.28/ofi/gnu/12.3"
+    assert data["gpu"]["cuda"]["prefix"] == "/opt/nvidia/hpc_sdk/Linux_x86_64/23.9/cuda/12.2"
+
+
+def test_perlmutter_runtime_is_nerscs_module() -> None:
+    """NERSC's NCCL module: its five variables, and no HPE alt_read/TX/RX tuning."""
+    env = runtime.environment(yaml.safe_load(_text("perlmutter")))
+    nersc = {"FI_CXI_DISABLE_HOST_REGISTER": "1", "FI_MR_CACHE_MONITOR": "userfaultfd",
+             "NCCL_CROSS_NIC": "1", "NCCL_SOCKET_IFNAME": "hsn", "NCCL_NET_GDR_LEVEL": "PHB",
+             "MPICH_GPU_SUPPORT_ENABLED": "1"}
+    assert {k: env.get(k) for k in nersc} == nersc
+    assert not [k for k in env if k.startswith("FI_CXI_RDZV")
+                or k in ("FI_CXI_DEFAULT_TX_SIZE", "FI_CXI_RX_MATCH_MODE")]
+
+
+def test_alt_read_is_not_a_slingshot_default() -> None:
+    """HPE's alt_read set reaches Cray MPICH too: a site opts in, the fabric does not."""
+    _, defaults = runtime.fabric_defaults("slingshot")
+    assert not [k for k, _ in defaults if k.startswith("FI_CXI_RDZV")]
