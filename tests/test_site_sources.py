@@ -133,3 +133,69 @@ def test_alt_read_is_not_a_slingshot_default() -> None:
     """HPE's alt_read set reaches Cray MPICH too: a site opts in, the fabric does not."""
     _, defaults = runtime.fabric_defaults("slingshot")
     assert not [k for k, _ in defaults if k.startswith("FI_CXI_RDZV")]
+
+
+# --- Alps: CSCS's PyTorch uenv -------------------------------------------------------
+
+#: The runtime variables of CSCS's PyTorch uenv v2.9.1 (alps-uenv@0db6323,
+#: recipes/pytorch/v2.9.1/gh200/environments.yaml, views.default env_vars)
+#: that concern NCCL, libfabric and CUDA.
+CSCS_PYTORCH_UENV_ENV = {
+    "NCCL_NET": "AWS Libfabric", "NCCL_CROSS_NIC": "1", "NCCL_P2P_LEVEL": "NVL",
+    "NCCL_NET_GDR_LEVEL": "PHB", "NCCL_NET_GDR_C2C": "1", "NCCL_NET_GDR_READ": "1",
+    "NCCL_PROTO": "^LL128", "NCCL_NCHANNELS_PER_NET_PEER": "4", "FI_PROVIDER": "cxi",
+    "FI_CXI_DEFAULT_CQ_SIZE": "131072", "FI_CXI_DEFAULT_TX_SIZE": "16384",
+    "FI_CXI_DISABLE_HOST_REGISTER": "1", "FI_CXI_RDZV_PROTO": "alt_read",
+    "FI_CXI_RDZV_EAGER_SIZE": "0", "FI_CXI_RDZV_GET_MIN": "0", "FI_CXI_RDZV_THRESHOLD": "0",
+    "FI_CXI_RX_MATCH_MODE": "hybrid", "FI_MR_CACHE_MONITOR": "userfaultfd",
+    "CUDA_CACHE_DISABLE": "1",
+}
+
+
+def test_alps_runtime_is_cscs_pytorch_uenv() -> None:
+    env = runtime.environment(yaml.safe_load(_text("alps-gh200")))
+    assert {k: env.get(k) for k in CSCS_PYTORCH_UENV_ENV} == CSCS_PYTORCH_UENV_ENV
+    assert env["MPICH_GPU_SUPPORT_ENABLED"] == "0", "CSCS: GPU-aware MPI with NCCL can deadlock"
+
+
+def test_alps_stack_is_the_pytorch_uenv() -> None:
+    data = yaml.safe_load(_text("alps-gh200"))
+    assert data["compilers"][0]["spec"] == "gcc@14.2.0"
+    assert data["mpi"]["version"] == "9.0.0"
+    assert data["gpu"]["cuda"]["spec"] == "cuda@12.9.1"
+    assert data["gpu"]["cudnn"]["spec"] == "cudnn@9.8.0.87-12"
+    assert data["libfabric"]["spec"] == "libfabric@2.4.0-dev fabrics=cxi"
+    assert data["nccl"] == {"version": "2.29.2-1", "plugin": "1.18.0"}
+    header = _header(_text("alps-gh200"))
+    assert re.search(r"eth-cscs/alps-uenv@[0-9a-f]{40}\b", header)
+    assert "recipes/pytorch/v2.9.1/gh200/environments.yaml" in header
+
+
+def test_ll128_is_not_a_slingshot_default() -> None:
+    """Only CSCS sets NCCL_PROTO=^LL128 (a measured preference on Alps), so it is
+    Alps' value, not the fabric's (docs/design.md, "Slingshot runtime defaults")."""
+    _, defaults = runtime.fabric_defaults("slingshot")
+    assert "NCCL_PROTO" not in dict(defaults)
+    assert "Slingshot runtime defaults" in (paths.root() / "docs" / "design.md").read_text()
+
+
+# --- Derecho: cuDNN as NCAR's PyTorch build loads it ---------------------------------
+
+def test_derecho_cudnn_is_the_one_ncars_build_loads() -> None:
+    """NCAR's profile.d/modules.sh (quoted in the header as [build]) loads
+    cudnn/8.8.1.3-12; the 9.2 lines of its config_env.sh are commented out."""
+    text = _text("derecho")
+    header = " ".join(line.lstrip("# ") for line in _header(text).splitlines())
+    loaded = re.search(r"\[build\] is its profile\.d/modules\.sh.*?`module load ([^`]*)`", header)
+    assert loaded, "the header quotes the module line of NCAR's build"
+    modules = loaded[1].split()
+    cudnn = yaml.safe_load(text)["gpu"]["cudnn"]
+    assert cudnn["modules"] == [m for m in modules if m.startswith("cudnn/")]
+    assert cudnn["spec"] == "cudnn@" + cudnn["modules"][0].split("/", 1)[1]
+    assert cudnn["prefix"].endswith("/cudnn/" + cudnn["spec"].split("@")[1])
+    keys = defined_keys(text)
+    lines = [(code, comment) for _, section, code, comment in value_lines(text)
+             if section == "gpu" and "cudnn" in code]
+    assert len(lines) == 3, lines
+    for code, comment in lines:
+        assert CITATION.findall(comment) and set(CITATION.findall(comment)) <= keys, code
