@@ -199,3 +199,31 @@ def test_derecho_cudnn_is_the_one_ncars_build_loads() -> None:
     assert len(lines) == 3, lines
     for code, comment in lines:
         assert CITATION.findall(comment) and set(CITATION.findall(comment)) <= keys, code
+
+
+# --- package comments say what the release notes say ---------------------------------
+
+#: The verb each aws-ofi-nccl release note uses for its NCCL versions
+#: (RELEASENOTES.md at the tag, line 10 or 12): v1.19.0 "has been tested with";
+#: v1.18.0, v1.17.3 and v1.17.2 "supports".
+RELEASE_NOTE_VERB = {"1.19.0": "tested with", "1.18.0": "supports",
+                     "1.17.3": "supports", "1.17.2": "supports"}
+
+
+def test_vouched_pair_sources_use_the_release_notes_verb() -> None:
+    import ast
+
+    path = paths.root() / "spack_repo" / "torchmpi" / "packages" / "nccl_ss11" / "package.py"
+    pairs = next(ast.literal_eval(node.value) for node in ast.parse(path.read_text()).body
+                 if isinstance(node, ast.Assign)
+                 and getattr(node.targets[0], "id", "") == "VOUCHED_PAIRS")
+    quoted = 0
+    for nccl, plugin, _, source in pairs:
+        m = re.search(r"aws/aws-ofi-nccl v(\S+) RELEASENOTES\.md:\d+ \((.+) NCCL (\S+)\)", source)
+        if not m:
+            continue
+        quoted += 1
+        assert m[1] == plugin and m[3] == nccl, source
+        verb = RELEASE_NOTE_VERB[plugin]
+        assert m[2] == verb, f"{source}: the release notes say {verb!r}"
+    assert quoted >= 4
