@@ -178,3 +178,19 @@ def test_slingshot_detection():
     assert nccl.on_slingshot({"fabric": "slingshot"}, ["eth0"])
     assert nccl.on_slingshot(None, ["lo", "hsn0"])
     assert not nccl.on_slingshot({"fabric": "infiniband"}, ["lo", "ib0"])
+
+
+def test_generic_ib_excludes_every_interface_the_doctor_rejects() -> None:
+    """One rule: generic-ib's NCCL_SOCKET_IFNAME is the doctor's exclusion list, so
+    NCCL there never picks a bridge or container link (issue 18: ^docker0,lo left
+    virbr0, veth*, podman0 ... to NCCL)."""
+    from torchmpi import runtime
+    from torchmpi import site as sitemod
+
+    value = runtime.environment(sitemod.load("generic-ib").data)["NCCL_SOCKET_IFNAME"]
+    assert value == nccl.socket_exclude()
+    interfaces = ["lo", "docker0", "virbr0", "veth1a2b", "podman0", "cni0", "br-5f1e",
+                  "lxcbr0", "ib0", "eno1"]
+    check = nccl.check_socket_ifname({"NCCL_SOCKET_IFNAME": value}, interfaces)
+    assert check.status == PASS and check.detail.endswith("selects ib0, eno1"), check
+    assert [i for i in interfaces if not nccl.bad_interface(i)] == ["ib0", "eno1"]

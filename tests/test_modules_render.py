@@ -82,7 +82,8 @@ def test_tcl_site(tmp_path: Path) -> None:
     assert "hierarchy" not in tcl and "core_compilers" not in tcl
     assert tcl["projections"]["py-torch-mpi+cuda"].endswith("-{^mpi.name}")
     assert tcl["py-torch-mpi"]["environment"]["set"] == {
-        "NCCL_SOCKET_IFNAME": "^docker0,lo", "NCCL_DEBUG": "WARN"}
+        "NCCL_SOCKET_IFNAME": "^lo,docker,virbr,lxcbr,cni,podman,veth,br",
+        "NCCL_DEBUG": "WARN"}
 
 
 def test_cray_gpu_switch_added_with_gtl(tmp_path: Path) -> None:

@@ -591,6 +591,7 @@ builtin = spack.concretize.concretize_one("builtin.py-mpi4py")
 builtin_cls = spack.repo.PATH.get_repo("builtin").get_pkg_class("py-mpi4py")
 print(json.dumps({
     "namespaces": [ours.namespace, builtin.namespace],
+    "hashes": [ours.dag_hash(), builtin.dag_hash()],
     "variants": [{k: str(v.value) for k, v in s.variants.items()} for s in (ours, builtin)],
     "deps": [sorted((d.name, d.dag_hash()) for d in s.dependencies()) for s in (ours, builtin)],
     "build_env": [build_env(ours, type(ours.package)), build_env(ours, builtin_cls)],
@@ -608,6 +609,15 @@ def test_mpi4py_override_is_builtins_by_default(mpi4py_default_vs_builtin) -> No
     assert facts["deps"][0] == facts["deps"][1]
     assert facts["build_env"][0] == facts["build_env"][1]
     assert not [m for m in facts["build_env"][0] if m[1] == "LDFLAGS"]
+
+
+def test_site_wide_registration_changes_namespace_and_hash(mpi4py_default_vs_builtin) -> None:
+    """What registering the repo does change for other users (docs/design.md,
+    py-torch): the same default spec comes from namespace torchmpi, with another
+    DAG hash (Spack hashes the package file), so it is a new install."""
+    facts = mpi4py_default_vs_builtin
+    assert facts["namespaces"] == ["torchmpi", "builtin"]
+    assert facts["hashes"][0] != facts["hashes"][1]
 
 
 # --- MPI providers and detection ---------------------------------------------

@@ -1,10 +1,10 @@
 # Rendered by torchmpi 0.1.0 from sites/generic-ib.yaml; do not edit by hand:
 # change the site file and run `torchmpi render generic-ib` (docs/sites.md).
 # spack v1.1.0, builtin spack-packages v2026.06.0
-# site-sha256: f4efae234d0a692ae36b2fa55ba2bc1f523a0033cb4641e60ebba3699cbcba98
-# body-sha256: f8d8484211601ac0b08cf18413d84e570998307e2d4703dce4b816ad0898db58
+# site-sha256: bfb7342a017b56806d0eeb461964e57e3148b5aa383d29e338e04b3b3c7a7c23
+# body-sha256: cd5c0ef4de591953c76025c6d52a7fc4c0256a30b59685617d7bb0a8d575ea93
 # Runtime variables for jobs on 'generic-ib' (launcher: slurm, fabric: ib).
 # Source this file in the job script; it changes nothing at build time.
 # site values: NCCL user guide, "Environment Variables" (NCCL_SOCKET_IFNAME, NCCL_DEBUG)
-export NCCL_SOCKET_IFNAME='^docker0,lo'
+export NCCL_SOCKET_IFNAME='^lo,docker,virbr,lxcbr,cni,podman,veth,br'
 export NCCL_DEBUG=WARN

@@ -187,7 +187,7 @@ def check_socket_ifname(env: Mapping[str, str], interfaces: list[str]) -> Check:
                      f"({', '.join(interfaces) or 'none'}): NCCL fails with "
                      "'unhandled system error'",
                      "set it to the fabric's interface prefix (e.g. hsn on Slingshot, ib0) or "
-                     "^docker0,lo")
+                     + socket_exclude())
     return Check(name, PASS, f"NCCL_SOCKET_IFNAME={spec} selects {', '.join(chosen)}")
 
 
@@ -202,6 +202,15 @@ def local_interfaces() -> list[str]:
 _BAD_IFACES = (("lo", "loopback"), ("docker", "docker bridge"), ("virbr", "libvirt bridge"),
                ("lxcbr", "LXC bridge"), ("cni", "container bridge"),
                ("podman", "container bridge"), ("veth", "container link"), ("br", "bridge"))
+
+
+def socket_exclude() -> str:
+    """``NCCL_SOCKET_IFNAME`` value that keeps NCCL off every interface of
+    ``_BAD_IFACES`` (``^`` excludes by prefix: NCCL user guide, "Environment
+    Variables").  The one home of the rule: the doctor's checks and fixes use
+    it, and a site file that excludes interfaces states this value
+    (``sites/generic-ib.yaml``; tests/test_doctor_nccl.py holds them equal)."""
+    return "^" + ",".join(prefix for prefix, _ in _BAD_IFACES)
 
 
 def bad_interface(iface: str) -> str | None:
@@ -302,8 +311,8 @@ def check_nccl_interfaces(log_text: str | None, nodes: int | None = None) -> Che
     used += [("data", i) for i in log.socket_interfaces] if socket_mode else []
     if not used:
         return Check(name, PASS, "no bootstrap or socket interface in the log")
-    fix = ("set NCCL_SOCKET_IFNAME to the fabric interface (e.g. hsn0,hsn1,hsn2,hsn3 or ib0) "
-           "or exclude the bad one (^docker0,lo)")
+    fix = ("set NCCL_SOCKET_IFNAME to the fabric interface (e.g. hsn or ib0) "
+           f"or exclude the non-fabric ones ({socket_exclude()})")
     bad = [(role, i, bad_interface(i)) for role, i in used if bad_interface(i)]
     if bad:
         text = "; ".join(f"{role} on {i} ({why})" for role, i, why in bad)

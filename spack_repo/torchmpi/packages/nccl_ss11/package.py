@@ -5,8 +5,9 @@
 
 A bundle, so the DAG keeps exactly one ``nccl`` node, shared with builtin
 dependents (py-torch, nccl-tests, ...).  Its versions are the NCCL releases of
-``VOUCHED_PAIRS``; each allows only the plugin releases a public source ran or
-tested with that NCCL.
+``VOUCHED_PAIRS``; each allows only the plugin releases a public source ran
+with that NCCL, or whose release notes say they were tested with it or
+support it (each entry quotes which).
 """
 
 from spack_repo.builtin.build_systems.bundle import BundlePackage
@@ -28,7 +29,7 @@ VOUCHED_PAIRS = (
         "2.29.2-1",
         "1.18.0",
         "-",
-        "aws/aws-ofi-nccl v1.18.0 RELEASENOTES.md:12 (tested with NCCL 2.29.2-1)",
+        "aws/aws-ofi-nccl v1.18.0 RELEASENOTES.md:12 (supports NCCL 2.29.2-1)",
     ),
     (
         "2.29.2-1",
@@ -46,13 +47,13 @@ VOUCHED_PAIRS = (
         "2.28.7-1",
         "1.17.3",
         "-",
-        "aws/aws-ofi-nccl v1.17.3 RELEASENOTES.md:10 (tested with NCCL 2.28.7-1)",
+        "aws/aws-ofi-nccl v1.17.3 RELEASENOTES.md:10 (supports NCCL 2.28.7-1)",
     ),
     (
         "2.28.7-1",
         "1.17.2",
         "-",
-        "aws/aws-ofi-nccl v1.17.2 RELEASENOTES.md:10 (tested with NCCL 2.28.7-1)",
+        "aws/aws-ofi-nccl v1.17.2 RELEASENOTES.md:10 (supports NCCL 2.28.7-1)",
     ),
     (
         "2.27.7-1",

@@ -1,0 +1,229 @@
+"""Every site value cites where the centre states it (issue 18).
+
+The shipped site files for centres (Perlmutter, Alps, Derecho) define their
+sources in the header (``[key]: <repository@commit path>`` or Derecho's
+``[key] is its <path>``) and cite one on each value's line (``# [key]``).
+These checks read the committed files as text and YAML and need no solve;
+they fail when a value loses its citation, cites a key the header does not
+define, or when a file drifts back to the sources issue 18 replaced.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+import yaml
+from torchmpi import paths, runtime
+
+#: Top-level keys whose values come from the centre and must cite it.
+CITED_SECTIONS = {"target", "os", "compilers", "gpu", "mpi", "libfabric", "nccl", "runtime"}
+#: Keys that are the tool's own choice or prose, not a centre's fact.
+UNCITED_KEYS = {"kind", "source"}
+#: Sites whose every value in CITED_SECTIONS cites a source (Derecho: see
+#: test_derecho_site.py, which checks its externals the same way).
+FULLY_CITED = ("perlmutter", "alps-gh200")
+DEFINITION = re.compile(r"\[([a-z0-9]+)\](?::| (?:is )?its\s)")
+CITATION = re.compile(r"\[([a-z0-9]+)\]")
+
+
+def _text(site: str) -> str:
+    return (paths.sites_dir() / f"{site}.yaml").read_text()
+
+
+def _header(text: str) -> str:
+    return text[: text.index("\nname:")]
+
+
+def defined_keys(text: str) -> set[str]:
+    """Citation keys the header defines."""
+    return set(DEFINITION.findall(_header(text)))
+
+
+def value_lines(text: str) -> Iterator[tuple[int, str, str, str]]:
+    """(line number, section, code, comment) of each value in CITED_SECTIONS."""
+    start = text.index("\nname:") + 1
+    first = text[:start].count("\n") + 1
+    section, block_indent = None, None
+    for no, line in enumerate(text[start:].splitlines(), first):
+        code, _, comment = line.partition(" #")
+        if not code.strip() or code.lstrip().startswith("#"):
+            continue
+        indent = len(code) - len(code.lstrip())
+        if block_indent is not None and indent > block_indent:
+            continue
+        block_indent = None
+        if indent == 0:
+            section = code.split(":", 1)[0]
+        m = re.match(r"\s*(?:-\s+)?(?:([\w-]+):)?\s*(.*)$", code)
+        key, value = m.group(1), m.group(2).strip()
+        if value in (">-", ">", "|", "|-"):
+            block_indent = indent
+        if not value or value.startswith((">", "|")) or key in UNCITED_KEYS:
+            continue
+        if section in CITED_SECTIONS:
+            yield no, section, code.strip(), comment
+
+
+@pytest.mark.parametrize("site", FULLY_CITED)
+def test_every_value_cites_a_defined_source(site: str) -> None:
+    text = _text(site)
+    keys = defined_keys(text)
+    assert keys, f"{site}: the header defines no [key]: <source>"
+    lines = list(value_lines(text))
+    assert len(lines) >= 10, f"{site}: found only {len(lines)} value lines"
+    bad = [f"{site}.yaml:{no}: {code!r} cites {sorted(CITATION.findall(comment))}"
+           f" (defined: {sorted(keys)})"
+           for no, _, code, comment in lines
+           if not CITATION.findall(comment) or not set(CITATION.findall(comment)) <= keys]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("site", FULLY_CITED)
+def test_every_runtime_variable_is_cited(site: str) -> None:
+    """The line scanner sees each runtime.env variable (it cannot skip one)."""
+    env = yaml.safe_load(_text(site))["runtime"]["env"]
+    seen = {code.split(":", 1)[0] for _, section, code, _ in value_lines(_text(site))
+            if section == "runtime"}
+    assert set(env) <= seen, sorted(set(env) - seen)
+
+
+def test_uncited_value_is_reported() -> None:
+    """The check fails on a value without a citation (a copy with one comment gone)."""
+    text = _text("perlmutter").replace("version: 8.1.28                                 # [pkgs]",
+                                       "version: 8.1.28")
+    assert "version: 8.1.28\n" in text
+    missing = [code for _, _, code, comment in value_lines(text)
+               if not CITATION.findall(comment)]
+    assert missing == ["version: 8.1.28"]
+
+
+# --- Perlmutter: NERSC's own sources -----------------------------------------------
+
+def test_perlmutter_header_cites_nersc_repositories_at_commits() -> None:
+    header = _header(_text("perlmutter"))
+    for repo in ("NERSC/spack-infrastructure@", "NERSC/podman-hpc@"):
+        assert re.search(re.escape(repo) + r"[0-9a-f]{40}\b", header), repo
+    assert "etc/modules.d/nccl.yaml" in header
+    assert "settings/perlmutter/packages.yaml" in header
+    assert "polyMPO" not in header, "the third-party README is no longer a source"
+
+
+def test_perlmutter_stack_is_nerscs() -> None:
+    data = yaml.safe_load(_text("perlmutter"))
+    assert data["libfabric"]["spec"].startswith("libfabric@1.20.1 ")
+    assert data["libfabric"]["prefix"] == "/opt/cray/libfabric/1.20.1"
+    assert data["mpi"]["prefix"] == "/opt/cray/pe/mpich/8.1.28/ofi/gnu/12.3"
+    assert data["gpu"]["cuda"]["prefix"] == "/opt/nvidia/hpc_sdk/Linux_x86_64/23.9/cuda/12.2"
+
+
+def test_perlmutter_runtime_is_nerscs_module() -> None:
+    """NERSC's NCCL module: its five variables, and no HPE alt_read/TX/RX tuning."""
+    env = runtime.environment(yaml.safe_load(_text("perlmutter")))
+    nersc = {"FI_CXI_DISABLE_HOST_REGISTER": "1", "FI_MR_CACHE_MONITOR": "userfaultfd",
+             "NCCL_CROSS_NIC": "1", "NCCL_SOCKET_IFNAME": "hsn", "NCCL_NET_GDR_LEVEL": "PHB",
+             "MPICH_GPU_SUPPORT_ENABLED": "1"}
+    assert {k: env.get(k) for k in nersc} == nersc
+    assert not [k for k in env if k.startswith("FI_CXI_RDZV")
+                or k in ("FI_CXI_DEFAULT_TX_SIZE", "FI_CXI_RX_MATCH_MODE")]
+
+
+def test_alt_read_is_not_a_slingshot_default() -> None:
+    """HPE's alt_read set reaches Cray MPICH too: a site opts in, the fabric does not."""
+    _, defaults = runtime.fabric_defaults("slingshot")
+    assert not [k for k, _ in defaults if k.startswith("FI_CXI_RDZV")]
+
+
+# --- Alps: CSCS's PyTorch uenv -------------------------------------------------------
+
+#: The runtime variables of CSCS's PyTorch uenv v2.9.1 (alps-uenv@0db6323,
+#: recipes/pytorch/v2.9.1/gh200/environments.yaml, views.default env_vars)
+#: that concern NCCL, libfabric and CUDA.
+CSCS_PYTORCH_UENV_ENV = {
+    "NCCL_NET": "AWS Libfabric", "NCCL_CROSS_NIC": "1", "NCCL_P2P_LEVEL": "NVL",
+    "NCCL_NET_GDR_LEVEL": "PHB", "NCCL_NET_GDR_C2C": "1", "NCCL_NET_GDR_READ": "1",
+    "NCCL_PROTO": "^LL128", "NCCL_NCHANNELS_PER_NET_PEER": "4", "FI_PROVIDER": "cxi",
+    "FI_CXI_DEFAULT_CQ_SIZE": "131072", "FI_CXI_DEFAULT_TX_SIZE": "16384",
+    "FI_CXI_DISABLE_HOST_REGISTER": "1", "FI_CXI_RDZV_PROTO": "alt_read",
+    "FI_CXI_RDZV_EAGER_SIZE": "0", "FI_CXI_RDZV_GET_MIN": "0", "FI_CXI_RDZV_THRESHOLD": "0",
+    "FI_CXI_RX_MATCH_MODE": "hybrid", "FI_MR_CACHE_MONITOR": "userfaultfd",
+    "CUDA_CACHE_DISABLE": "1",
+}
+
+
+def test_alps_runtime_is_cscs_pytorch_uenv() -> None:
+    env = runtime.environment(yaml.safe_load(_text("alps-gh200")))
+    assert {k: env.get(k) for k in CSCS_PYTORCH_UENV_ENV} == CSCS_PYTORCH_UENV_ENV
+    assert env["MPICH_GPU_SUPPORT_ENABLED"] == "0", "CSCS: GPU-aware MPI with NCCL can deadlock"
+
+
+def test_alps_stack_is_the_pytorch_uenv() -> None:
+    data = yaml.safe_load(_text("alps-gh200"))
+    assert data["compilers"][0]["spec"] == "gcc@14.2.0"
+    assert data["mpi"]["version"] == "9.0.0"
+    assert data["gpu"]["cuda"]["spec"] == "cuda@12.9.1"
+    assert data["gpu"]["cudnn"]["spec"] == "cudnn@9.8.0.87-12"
+    assert data["libfabric"]["spec"] == "libfabric@2.4.0-dev fabrics=cxi"
+    assert data["nccl"] == {"version": "2.29.2-1", "plugin": "1.18.0"}
+    header = _header(_text("alps-gh200"))
+    assert re.search(r"eth-cscs/alps-uenv@[0-9a-f]{40}\b", header)
+    assert "recipes/pytorch/v2.9.1/gh200/environments.yaml" in header
+
+
+def test_ll128_is_not_a_slingshot_default() -> None:
+    """Only CSCS sets NCCL_PROTO=^LL128 (a measured preference on Alps), so it is
+    Alps' value, not the fabric's (docs/design.md, "Slingshot runtime defaults")."""
+    _, defaults = runtime.fabric_defaults("slingshot")
+    assert "NCCL_PROTO" not in dict(defaults)
+    assert "Slingshot runtime defaults" in (paths.root() / "docs" / "design.md").read_text()
+
+
+# --- Derecho: cuDNN as NCAR's PyTorch build loads it ---------------------------------
+
+def test_derecho_cudnn_is_the_one_ncars_build_loads() -> None:
+    """NCAR's profile.d/modules.sh (quoted in the header as [build]) loads
+    cudnn/8.8.1.3-12; the 9.2 lines of its config_env.sh are commented out."""
+    text = _text("derecho")
+    header = " ".join(line.lstrip("# ") for line in _header(text).splitlines())
+    loaded = re.search(r"\[build\] is its profile\.d/modules\.sh.*?`module load ([^`]*)`", header)
+    assert loaded, "the header quotes the module line of NCAR's build"
+    modules = loaded[1].split()
+    cudnn = yaml.safe_load(text)["gpu"]["cudnn"]
+    assert cudnn["modules"] == [m for m in modules if m.startswith("cudnn/")]
+    assert cudnn["spec"] == "cudnn@" + cudnn["modules"][0].split("/", 1)[1]
+    assert cudnn["prefix"].endswith("/cudnn/" + cudnn["spec"].split("@")[1])
+    keys = defined_keys(text)
+    lines = [(code, comment) for _, section, code, comment in value_lines(text)
+             if section == "gpu" and "cudnn" in code]
+    assert len(lines) == 3, lines
+    for code, comment in lines:
+        assert CITATION.findall(comment) and set(CITATION.findall(comment)) <= keys, code
+
+
+# --- package comments say what the release notes say ---------------------------------
+
+#: The verb each aws-ofi-nccl release note uses for its NCCL versions
+#: (RELEASENOTES.md at the tag, line 10 or 12): v1.19.0 "has been tested with";
+#: v1.18.0, v1.17.3 and v1.17.2 "supports".
+RELEASE_NOTE_VERB = {"1.19.0": "tested with", "1.18.0": "supports",
+                     "1.17.3": "supports", "1.17.2": "supports"}
+
+
+def test_vouched_pair_sources_use_the_release_notes_verb() -> None:
+    import ast
+
+    path = paths.root() / "spack_repo" / "torchmpi" / "packages" / "nccl_ss11" / "package.py"
+    pairs = next(ast.literal_eval(node.value) for node in ast.parse(path.read_text()).body
+                 if isinstance(node, ast.Assign)
+                 and getattr(node.targets[0], "id", "") == "VOUCHED_PAIRS")
+    quoted = 0
+    for nccl, plugin, _, source in pairs:
+        m = re.search(r"aws/aws-ofi-nccl v(\S+) RELEASENOTES\.md:\d+ \((.+) NCCL (\S+)\)", source)
+        if not m:
+            continue
+        quoted += 1
+        assert m[1] == plugin and m[3] == nccl, source
+        verb = RELEASE_NOTE_VERB[plugin]
+        assert m[2] == verb, f"{source}: the release notes say {verb!r}"
+    assert quoted >= 4
