@@ -26,7 +26,7 @@ from typing import Any
 
 import jsonschema
 
-from torchmpi import paths, runtime
+from torchmpi import pairs, paths, runtime
 from torchmpi.errors import UserError
 from torchmpi.sitefile import MAX_BYTES, _fmt_path, _nearest, parse  # noqa: F401 (re-exported)
 
@@ -261,6 +261,10 @@ def _semantic_errors(data: dict[str, Any]) -> list[tuple[tuple, str]]:
         errors.append((("nccl", "plugin"), (
             "the aws-ofi-nccl plugin is only built for fabric: slingshot"
             f" (this site says fabric: {data.get('fabric')})")))
+    if nccl and data.get("fabric") == "slingshot":  # refused here, not after a solve
+        unvouched = pairs.problem(nccl)
+        if unvouched:
+            errors.append(unvouched)
     switch = runtime.cray_gpu_switch(data)
     stated = (data.get("runtime") or {}).get("env", {}).get(runtime.GPU_SWITCH)
     if switch is not None and stated is not None and str(stated) != switch:

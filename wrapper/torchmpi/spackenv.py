@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from torchmpi import paths, runtime
+from torchmpi import pairs, paths, runtime
 from torchmpi.lock import root_name as package_name
 from torchmpi.site import Site
 from torchmpi.yamltext import Block, Part, comment
@@ -199,7 +199,12 @@ def packages_yaml(site: Site) -> tuple[list[Part], dict[str, Any]]:
         "fortran": {"require": [compiler]},
         "mpi": {"require": [mpi_requirement(d)]},
     }
-    nccl = d.get("nccl") or {}
+    nccl = dict(d.get("nccl") or {})
+    chosen = pairs.choose(nccl) if d["fabric"] == "slingshot" else None
+    picked = chosen is not None and (chosen.nccl, chosen.plugin) != (
+        nccl.get("version"), nccl.get("plugin"))
+    if chosen is not None:
+        nccl = {"version": chosen.nccl, "plugin": chosen.plugin}
     pins: dict[str, Any] = {}
     if nccl.get("version"):
         pins["nccl"] = {"require": [f"@{nccl['version']}"]}
@@ -222,6 +227,10 @@ def packages_yaml(site: Site) -> tuple[list[Part], dict[str, Any]]:
         if nccl.get("plugin"):
             why = ["The site's NCCL and aws-ofi-nccl plugin: a pair a source vouches for",
                    "(nccl-ss11's VOUCHED_PAIRS, docs/design.md)."]
+        if picked and chosen is not None:
+            why = ["The newest NCCL/aws-ofi-nccl pair run on Slingshot that the site file",
+                   f"allows ({chosen.label}; nccl-ss11's VOUCHED_PAIRS, docs/design.md);",
+                   "`nccl:` in the site file pins another."]
         parts += [comment(*why, indent=2), Block(pins, 2)]
     parts += [
         comment("Optional dependencies that torch does not use, kept out of every build:",
