@@ -26,7 +26,7 @@ from typing import Any
 
 import jsonschema
 
-from torchmpi import pairs, paths, runtime, siterules
+from torchmpi import pairs, paths, runtime, siterules, torches
 from torchmpi.errors import UserError
 from torchmpi.sitefile import MAX_BYTES, _fmt_path, _nearest, parse  # noqa: F401 (re-exported)
 
@@ -219,6 +219,8 @@ def _describe(err: jsonschema.ValidationError) -> tuple[tuple, str]:
         return path, "must not be empty"
     if v == "minItems":
         return path, "must not be an empty list"
+    if v == "uniqueItems":
+        return path, "lists a value twice; allowed: each value once"
     if v == "const":
         return path, f"{err.instance!r} is not allowed here (only {err.validator_value!r})"
     return path, err.message
@@ -279,6 +281,7 @@ def _semantic_errors(data: dict[str, Any]) -> list[tuple[tuple, str]]:
             " MPI, e.g. for CSCS's MPI-with-NCCL deadlock warning, set mpi.cuda_aware: false)")))
     errors.extend(runtime.problems(data))  # `$` references, set-and-prepend
     errors.extend(siterules.problems(data))  # what a solve or a build would find late
+    errors.extend(torches.problems(data))  # torch releases the site may not choose
     if local:
         return errors
     for key in auto_keys(data):
