@@ -779,19 +779,19 @@ def test_nccl_net_is_a_name_that_plugin_release_answers_to(plugin_nccl_net) -> N
 # --- nccl-ss11: only NCCL/plugin pairs a source vouches for ---------------------
 
 
-def vouched_pairs() -> list[tuple[str, str, str, str]]:
-    """VOUCHED_PAIRS from nccl_ss11/package.py."""
+def vouched_pairs() -> list[tuple[str, str, str, str, str, str]]:
+    """VOUCHED_PAIRS from nccl_ss11/package.py (tests/test_pairs.py checks its labels)."""
     return [tuple(p) for p in package_constant("nccl_ss11", "VOUCHED_PAIRS")]
 
 
 def test_every_vouched_pair_names_its_source() -> None:
     pairs = vouched_pairs()
-    assert ("2.21.5-1", "1.6.0") in {(n, p) for n, p, _, _ in pairs}  # NCAR Derecho
-    assert ("2.27.7-1", "1.19.0") in {(n, p) for n, p, _, _ in pairs}  # HPE shs-ccl-docs
-    for nccl, plugin, _libfabric, source in pairs:
+    assert ("2.21.5-1", "1.6.0") in {(n, p) for n, p, *_ in pairs}  # NCAR Derecho
+    assert ("2.27.7-1", "1.19.0") in {(n, p) for n, p, *_ in pairs}  # HPE shs-ccl-docs
+    for nccl, plugin, *_, source in pairs:
         assert any(s in source for s in ("RELEASENOTES", "@")), (nccl, plugin, source)
 
 
 def test_cray_dag_nccl_and_plugin_are_a_vouched_pair(cray_dag: Dag) -> None:
     pair = (cray_dag.one("nccl")["version"], cray_dag.one("aws-ofi-nccl")["version"])
-    assert pair in {(n, p) for n, p, _, _ in vouched_pairs()}, pair
+    assert pair in {(n, p) for n, p, *_ in vouched_pairs()}, pair

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
-from torchmpi import paths
+from torchmpi import pairs, paths
 from torchmpi import site as sitemod
 from torchmpi.lock import Lock
 
@@ -116,6 +116,9 @@ def test_site_concretizes_to_one_torch_on_the_sites_mpi(solved, name) -> None:
         assert ncc[0].version == d["nccl"]["version"]
         if d["nccl"].get("plugin"):
             assert plugin[0].version == d["nccl"]["plugin"]
+    chosen = pairs.choose(d.get("nccl") or {}) if d["fabric"] == "slingshot" else None
+    if chosen is not None:  # a Slingshot site gets a Slingshot-run pair unless it pins one
+        assert (ncc[0].version, plugin[0].version) == (chosen.nccl, chosen.plugin)
     if plugin:
         assert len(plugin) == 1
         deps = {n for n, _, _ in plugin[0].deps}

@@ -18,7 +18,7 @@ from torchmpi import __version__
 from torchmpi.errors import UserError
 
 #: Verb modules, in the order ``torchmpi --help`` lists them.
-VERBS = ("sites", "render", "concretize", "detect", "doctor", "allreduce")
+VERBS = ("sites", "render", "concretize", "bump-check", "detect", "doctor", "allreduce")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter,
@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=VerbParser)
     for verb in VERBS:
         try:
-            module = importlib.import_module(f"torchmpi.commands.{verb}")
+            module = importlib.import_module(f"torchmpi.commands.{verb.replace('-', '_')}")
         except ModuleNotFoundError as err:
             if (err.name or "torchmpi").split(".")[0] == "torchmpi":
                 raise

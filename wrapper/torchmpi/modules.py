@@ -13,19 +13,25 @@ from torchmpi.site import Site
 from torchmpi.yamltext import Block, Part, comment
 
 
-def projections(system: str) -> dict[str, str]:
+def projections(system: str, several_torches: bool = False) -> dict[str, str]:
     """Readable module names, no hashes: ``py-torch-mpi/2.9.1-cuda12.2.1``.
 
     The torch version names py-torch-mpi (its own version is the bundle's).
     Tcl has no hierarchy, so there the MPI is part of the name.  Order matters:
     Spack uses the first key a spec satisfies.
+    With several torch releases (site key ``torch``), every other package
+    built on torch (py-torchvision, ...) exists once per release: its name
+    carries the torch version too, or two module files would have one name.
     """
     suffix = "-{^mpi.name}" if system == "tcl" else ""
-    return {
+    out = {
         "py-torch-mpi+cuda": "{name}/{^py-torch.version}-cuda{^cuda.version}" + suffix,
         "py-torch-mpi": "{name}/{^py-torch.version}" + suffix,
-        "all": "{name}/{version}",
     }
+    if several_torches:
+        out["^py-torch"] = "{name}/{version}-torch{^py-torch.version}" + suffix
+    out["all"] = "{name}/{version}"
+    return out
 
 
 def system(data: dict[str, Any]) -> str:
@@ -43,7 +49,8 @@ def config(data: dict[str, Any]) -> dict[str, Any]:
     out["hash_length"] = 0
     out["hide_implicits"] = True
     out["all"] = {"autoload": "direct"}
-    out["projections"] = projections(system_)
+    several = len((data.get("torch") or {}).get("versions") or []) > 1
+    out["projections"] = projections(system_, several)
     env = runtime.resolve(data).spack()
     if env:
         out["py-torch-mpi"] = {"environment": env}

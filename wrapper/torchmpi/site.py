@@ -26,7 +26,7 @@ from typing import Any
 
 import jsonschema
 
-from torchmpi import detect, paths, runtime
+from torchmpi import detect, pairs, paths, runtime, siterules, torches
 from torchmpi.autokeys import AUTO_KEYS, auto_keys
 from torchmpi.errors import UserError
 from torchmpi.sitefile import MAX_BYTES, _fmt_path, _nearest, parse  # noqa: F401 (re-exported)
@@ -202,6 +202,8 @@ def _describe(err: jsonschema.ValidationError) -> tuple[tuple, str]:
         return path, "must not be empty"
     if v == "minItems":
         return path, "must not be an empty list"
+    if v == "uniqueItems":
+        return path, "lists a value twice; allowed: each value once"
     if v == "const":
         return path, f"{err.instance!r} is not allowed here (only {err.validator_value!r})"
     return path, err.message
@@ -213,8 +215,12 @@ def _target_error(value: Any, what: str) -> str | None:
 
     if not isinstance(value, str) or value in archspec.cpu.TARGETS:
         return None
-    close = difflib.get_close_matches(value, list(archspec.cpu.TARGETS), n=3, cutoff=0.6)
+    vendor = siterules.vendor_hint(value)
+    close = [vendor] if vendor else difflib.get_close_matches(
+        value, list(archspec.cpu.TARGETS), n=3, cutoff=0.6)
     hint = f"did you mean {', '.join(close)}? " if close else ""
+    if vendor:
+        hint = f"{value!r} is a vendor's name; did you mean {vendor}? "
     return (f"{value!r} is not a microarchitecture archspec knows; {hint}allowed: {what}"
             "an archspec name such as zen3, zen4, icelake, sapphirerapids, neoverse_v2,"
             " x86_64_v3 (`spack arch -t` on a compute node prints it)")
@@ -244,6 +250,10 @@ def _semantic_errors(data: dict[str, Any]) -> list[tuple[tuple, str]]:
         errors.append((("nccl", "plugin"), (
             "the aws-ofi-nccl plugin is only built for fabric: slingshot"
             f" (this site says fabric: {data.get('fabric')})")))
+    if nccl and data.get("fabric") == "slingshot":  # refused here, not after a solve
+        unvouched = pairs.problem(nccl)
+        if unvouched:
+            errors.append(unvouched)
     switch = runtime.cray_gpu_switch(data)
     stated = (data.get("runtime") or {}).get("env", {}).get(runtime.GPU_SWITCH)
     if switch is not None and stated is not None and str(stated) != switch:
@@ -253,6 +263,8 @@ def _semantic_errors(data: dict[str, Any]) -> list[tuple[tuple, str]]:
             f" {gtl}; the switch and GTL go together or not at all (to run without GPU-aware"
             " MPI, e.g. for CSCS's MPI-with-NCCL deadlock warning, set mpi.cuda_aware: false)")))
     errors.extend(runtime.problems(data))  # `$` references, set-and-prepend
+    errors.extend(siterules.problems(data))  # what a solve or a build would find late
+    errors.extend(torches.problems(data))  # torch releases the site may not choose
     if local:
         return errors
     for key in auto_keys(data):
@@ -260,6 +272,19 @@ def _semantic_errors(data: dict[str, Any]) -> list[tuple[tuple, str]]:
                " a site file states what its compute nodes are")
         errors.append((tuple(key.split(".")), msg))
     return errors
+
+
+#: Top-level keys required by another key's value, reported at that key's
+#: line: the top-level mapping's own position is the file's first key (`name:`),
+#: which says nothing about why the key is needed.
+_REQUIRED_BY = {("libfabric",): ("fabric",), ("gpu",): ("fabric",)}
+
+
+def _where(lines: dict, key_path: tuple) -> tuple[int, int]:
+    """The line and column to report ``key_path`` at (a missing key: its parent's)."""
+    if key_path not in lines and key_path in _REQUIRED_BY:
+        return _nearest(lines, _REQUIRED_BY[key_path])
+    return _nearest(lines, key_path)
 
 
 def validate(path: Path, data: dict[str, Any], lines: dict) -> None:
@@ -275,9 +300,9 @@ def validate(path: Path, data: dict[str, Any], lines: dict) -> None:
     if not problems:
         return
     out = []
-    unique = sorted(set(problems), key=lambda p: (_nearest(lines, p[0]), p[1]))
+    unique = sorted(set(problems), key=lambda p: (_where(lines, p[0]), p[1]))
     for key_path, msg in unique:
-        line, column = _nearest(lines, key_path)
+        line, column = _where(lines, key_path)
         out.append(f"{path}:{line}:{column}: {_fmt_path(key_path)}: {msg}")
     raise UserError("invalid site file\n  " + "\n  ".join(out))
 

@@ -11,14 +11,19 @@ import os
 from pathlib import Path
 from typing import Any
 
-from torchmpi import paths, runtime
+from torchmpi import pairs, paths, runtime, torches
 from torchmpi.lock import root_name as package_name
 from torchmpi.site import Site
 from torchmpi.yamltext import Block, Part, comment
 
 
 def roots(site: Site) -> list[str]:
-    """The environment's root specs: py-torch-mpi with the site's settings, then extra_specs."""
+    """The environment's root specs: py-torch-mpi with the site's settings, then extra_specs.
+
+    With ``torch: {versions: [...]}``, one py-torch-mpi root per release
+    (``^py-torch@V``), each its own module; without it one root, whose torch
+    is the newest the site allows.
+    """
     d = site.data
     mpi = d["mpi"]
     root = "py-torch-mpi"
@@ -37,6 +42,9 @@ def roots(site: Site) -> list[str]:
         # Named for every site file, not only cross-family ones, so that the
         # rendering does not depend on the machine that renders it.
         specs = [f"{spec} target={d['target']}" for spec in specs]
+    releases = torches.versions(d)
+    if releases:  # after the target: `^` starts the dependency's constraints
+        specs = [f"{specs[0]} ^py-torch@={v}" for v in releases] + specs[1:]
     return specs
 
 
@@ -152,12 +160,17 @@ def spack_yaml(site: Site, outdir: Path) -> tuple[list[Part], dict[str, Any]]:
     env_vars = runtime.resolve(site.data).spack()
     if env_vars:
         env["env_vars"] = env_vars
-    concretizer: dict[str, Any] = {"unify": True}
+    several = len(torches.versions(site.data)) > 1
+    # Several torch releases cannot be one DAG; `when_possible` solves what can
+    # be shared (NCCL, MPI, Python, ...) once and only the rest per release.
+    concretizer: dict[str, Any] = {"unify": "when_possible" if several else True}
     if not site.is_local:
         concretizer["targets"] = {"host_compatible": False}
     concretizer["concretization_cache"] = {"enable": False}
     env["concretizer"] = concretizer
     config = install(site)
+    if torches.deprecated(site.data):  # builtin deprecates the releases with a fixture
+        config["deprecated"] = True
     if config:
         env["config"] = config
     detected = ", ".join(f"{k}={v or 'none'}" for k, v in sorted(site.detected.items()))
@@ -176,7 +189,18 @@ def spack_yaml(site: Site, outdir: Path) -> tuple[list[Part], dict[str, Any]]:
         "env_vars: the site's runtime variables (fabric defaults and the site file's",
         "`runtime`), set by `spack env activate`; modules.yaml sets the same on",
         "`module load py-torch-mpi` and runtime.sh exports them.",
-        "concretizer: unify, one py-torch, NCCL and MPI for every root.",
+    ]
+    if several:
+        lines += [(f"specs: one py-torch-mpi per torch release of the site file"
+                  f" ({', '.join(torches.versions(site.data))}), each its own module;"),
+                  "concretizer: unify when_possible, one NCCL and MPI where the releases",
+                  "allow it, the rest once per release."]
+    else:
+        lines.append("concretizer: unify, one py-torch, NCCL and MPI for every root.")
+    if torches.deprecated(site.data):
+        lines.append("config deprecated: builtin deprecates "
+                     f"{', '.join(torches.deprecated(site.data))}, which the site file names.")
+    lines += [
     ]
     if not site.is_local:
         lines.append("host_compatible false: the compute nodes' CPU may not be this host's.")
@@ -199,7 +223,12 @@ def packages_yaml(site: Site) -> tuple[list[Part], dict[str, Any]]:
         "fortran": {"require": [compiler]},
         "mpi": {"require": [mpi_requirement(d)]},
     }
-    nccl = d.get("nccl") or {}
+    nccl = dict(d.get("nccl") or {})
+    chosen = pairs.choose(nccl) if d["fabric"] == "slingshot" else None
+    picked = chosen is not None and (chosen.nccl, chosen.plugin) != (
+        nccl.get("version"), nccl.get("plugin"))
+    if chosen is not None:
+        nccl = {"version": chosen.nccl, "plugin": chosen.plugin}
     pins: dict[str, Any] = {}
     if nccl.get("version"):
         pins["nccl"] = {"require": [f"@{nccl['version']}"]}
@@ -222,6 +251,10 @@ def packages_yaml(site: Site) -> tuple[list[Part], dict[str, Any]]:
         if nccl.get("plugin"):
             why = ["The site's NCCL and aws-ofi-nccl plugin: a pair a source vouches for",
                    "(nccl-ss11's VOUCHED_PAIRS, docs/design.md)."]
+        if picked and chosen is not None:
+            why = ["The newest NCCL/aws-ofi-nccl pair run on Slingshot that the site file",
+                   f"allows ({chosen.label}; nccl-ss11's VOUCHED_PAIRS, docs/design.md);",
+                   "`nccl:` in the site file pins another."]
         parts += [comment(*why, indent=2), Block(pins, 2)]
     parts += [
         comment("Optional dependencies that torch does not use, kept out of every build:",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from torchmpi import offsite, spackrun, writable
+from torchmpi import offsite, spackrun, torches, writable
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
 from torchmpi.lock import Lock
@@ -101,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
     writable.check_dir(outdir, "-o/--output" if args.output else "environment directory")
     spackrun.executable()  # a missing Spack is reported now, not after rendering
     offsite.check_compilers(site.data, site.path)  # on the site: versions as stated
+    for note in torches.notes(site.data):  # found now, not as a PatchError in the build
+        print(f"torchmpi concretize: note: {note}", file=sys.stderr)
     files = renderer.render(site, outdir)
     if renderer.diff(outdir, files):
         result = renderer.write(outdir, files, force=args.force)
@@ -129,6 +131,9 @@ def run(args: argparse.Namespace) -> int:
               + "\n  ".join(wrong) + f"\nRe-solve with `torchmpi concretize {site.name} -f`.",
               file=sys.stderr)
         return 1
+    chosen = [n.version for n in lock.named("py-torch")]
+    for note in torches.notes(site.data, chosen):
+        print(f"torchmpi concretize: note: {note}", file=sys.stderr)
     summary = lock.summary()
     summary.update(site=site.name, seconds=round(seconds, 1), lock=str(outdir / "spack.lock"))
     differs = offsite.differences(site.data, lock)

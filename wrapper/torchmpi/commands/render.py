@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from torchmpi import paths, writable
+from torchmpi import paths, torches, writable
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
 from torchmpi.errors import UserError
@@ -69,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
             " holds only the checkout's own sites; give the output directory with -o DIR,"
             " or copy the file into sites/"
         )
+    for note in torches.notes(site.data):  # found now, not as a PatchError in the build
+        print(f"torchmpi render: note: {note}", file=sys.stderr)
     outdir = args.output or renderer.default_outdir(site)
     record = {"site": site.name, "output": str(outdir)}
     if not args.check:

@@ -15,62 +15,86 @@ from spack_repo.builtin.build_systems.cuda import CudaPackage
 
 from spack.package import *
 
-#: (NCCL, aws-ofi-nccl, libfabric the source used, source).  Only pairs a
-#: source vouches for; within builtin spack-packages v2026.06.0's versions
-#: (it has no plugin after 1.19.0).  docs/design.md shows the same table.
+#: (NCCL, aws-ofi-nccl, libfabric the source used, fabric it ran on, who ran
+#: it, source).  Only pairs a source vouches for; within builtin
+#: spack-packages v2026.06.0's versions (it has no plugin after 1.19.0).
+#: "slingshot": run on Slingshot-11 by HPE, CSCS or NCAR; "efa": listed as
+#: tested in the plugin's release notes, which AWS runs on EC2 (EFA).
+#: The one home of this table: the torchmpi tool reads this literal
+#: (torchmpi.pairs, through ast, without Spack) to refuse a pair at site
+#: validation and to pin a Slingshot-run pair on a site that names none;
+#: tests/test_pairs.py checks docs/design.md shows the same table.
 VOUCHED_PAIRS = (
     (
         "2.29.7-1",
         "1.19.0",
         "-",
+        "efa",
+        "AWS release notes",
         "aws/aws-ofi-nccl v1.19.0 RELEASENOTES.md:12 (tested with NCCL 2.29.7-1)",
     ),
     (
         "2.29.2-1",
         "1.18.0",
         "-",
+        "efa",
+        "AWS release notes",
         "aws/aws-ofi-nccl v1.18.0 RELEASENOTES.md:12 (supports NCCL 2.29.2-1)",
     ),
     (
         "2.29.2-1",
         "1.17.2",
         "2.4.0",
+        "slingshot",
+        "CSCS",
         "CSCS prgenv-gnu 26.3, eth-cscs/cscs-docs@80abed1 docs/software/prgenv/prgenv-gnu.md",
     ),
     (
         "2.28.7-1",
         "1.19.0",
         "-",
+        "efa",
+        "AWS release notes",
         "aws/aws-ofi-nccl v1.19.0 RELEASENOTES.md:12 (tested with NCCL 2.28.7-1)",
     ),
     (
         "2.28.7-1",
         "1.17.3",
         "-",
+        "efa",
+        "AWS release notes",
         "aws/aws-ofi-nccl v1.17.3 RELEASENOTES.md:10 (supports NCCL 2.28.7-1)",
     ),
     (
         "2.28.7-1",
         "1.17.2",
         "-",
+        "efa",
+        "AWS release notes",
         "aws/aws-ofi-nccl v1.17.2 RELEASENOTES.md:10 (supports NCCL 2.28.7-1)",
     ),
     (
         "2.27.7-1",
         "1.19.0",
         "1.22.0",
+        "slingshot",
+        "HPE",
         "HPE HewlettPackard/shs-ccl-docs@438fcce nccl/build_nccl_environment.sh:12-15",
     ),
     (
         "2.27.3-1",
         "1.19.0",
         "-",
+        "efa",
+        "AWS release notes",
         "aws/aws-ofi-nccl v1.19.0 RELEASENOTES.md:12 (tested with NCCL 2.27.3-1)",
     ),
     (
         "2.21.5-1",
         "1.6.0",
         "1.15.2.0",
+        "slingshot",
+        "NCAR",
         "NCAR Derecho, benkirk/derecho-pytorch-mpi@1adc9e4 utils/build_nccl-ofi-plugin.sh:19-42",
     ),
 )
@@ -78,7 +102,7 @@ VOUCHED_PAIRS = (
 
 def vouched_plugins(nccl: str) -> list:
     """The plugin releases vouched for with NCCL ``nccl``, newest first."""
-    return [plugin for n, plugin, _, _ in VOUCHED_PAIRS if n == nccl]
+    return [pair[1] for pair in VOUCHED_PAIRS if pair[0] == nccl]
 
 
 class NcclSs11(BundlePackage, CudaPackage):
@@ -90,7 +114,7 @@ class NcclSs11(BundlePackage, CudaPackage):
     # No `preferred`: the solver weighs builtin nccl's own version order too,
     # so a preference here would not hold; a site pins one in its site file
     # (`nccl:` in sites/<site>.yaml).
-    for _nccl in dict.fromkeys(n for n, _, _, _ in VOUCHED_PAIRS):
+    for _nccl in dict.fromkeys(pair[0] for pair in VOUCHED_PAIRS):
         version(_nccl)
         depends_on(f"nccl@{_nccl}", when=f"@{_nccl}")
         _plugins = vouched_plugins(_nccl)

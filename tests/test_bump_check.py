@@ -1,0 +1,126 @@
+"""``torchmpi bump-check`` against a stand-in of a site after a stack bump.
+
+The stand-in is a tree in tmp (``--root``; no site path is created) shaped
+as NCAR's would be after moving on from ncarenv/23.09: cray-mpich 8.1.29
+instead of 8.1.27, CUDA 12.4.1 instead of 12.2.1, libfabric 1.22.0 instead of
+1.15.2.0, a 24.12 deployment beside the missing 23.09; and a module tree that
+real Lmod's ``spider`` reads (MODULEPATH), with the new versions only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import edited_site
+from torchmpi import bump
+from torchmpi.cli import main
+
+MODULES = ("gcc/12.2.0", "gcc/13.2.0", "ncarenv/24.12", "cray-mpich/8.1.29",
+           "cuda/12.4.1", "cudnn/9.2.0.82-12")
+
+
+def _tool(path: Path, version: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\necho {version}\n")
+    path.chmod(0o755)
+
+
+@pytest.fixture
+def bumped(tmp_path: Path, monkeypatch) -> Path:
+    """The stand-in root of Derecho after the bump, and MODULEPATH for it."""
+    root = tmp_path / "root"
+    gcc = root / "opt/cray/pe/gcc/12.2.0/snos/bin"
+    for exe in ("gcc", "g++", "gfortran"):
+        _tool(gcc / exe, "12.2.0")
+    (root / "opt/cray/pe/mpich/8.1.29/ofi/gnu/9.1").mkdir(parents=True)
+    spack = root / "glade/u/apps/common/23.08/spack/opt/spack"
+    (spack / "cuda/12.4.1").mkdir(parents=True)
+    (spack / "cudnn/9.2.0.82-12").mkdir(parents=True)
+    (root / "opt/cray/libfabric/1.22.0").mkdir(parents=True)
+    (root / "usr").mkdir()
+    (root / "glade/u/apps/derecho/24.12").mkdir(parents=True)
+    modulepath = tmp_path / "modulefiles"
+    for name in MODULES:
+        f = modulepath / f"{name}.lua"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(f'whatis("{name} stand-in")\n')
+    monkeypatch.setenv("MODULEPATH", str(modulepath))
+    return root
+
+
+def _run(capsys, *argv: str) -> tuple[int, dict]:
+    rc = main(["bump-check", *argv, "--json"])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def _by_key(report: dict) -> dict[str, dict]:
+    return {f["key"]: f for f in report["findings"]}
+
+
+def test_missing_paths_and_what_replaces_them(bumped: Path, capsys) -> None:
+    rc, report = _run(capsys, "derecho", "--root", str(bumped), "--no-modules")
+    assert rc == 1
+    found = _by_key(report)
+    mpi = found["mpi.prefix"]
+    assert mpi["named"] == "/opt/cray/pe/mpich/8.1.27/ofi/gnu/9.1"
+    assert mpi["offered"] == ["/opt/cray/pe/mpich/8.1.29/ofi/gnu/9.1"]  # the whole path
+    assert "nearest that exists: /opt/cray/pe/mpich" in mpi["problem"]
+    assert found["gpu.cuda.prefix"]["offered"] == [
+        "/glade/u/apps/common/23.08/spack/opt/spack/cuda/12.4.1"]
+    assert found["libfabric.prefix"]["offered"] == ["/opt/cray/libfabric/1.22.0"]
+    # A whole deployment gone: its sibling, not a path under it that does not exist.
+    assert found["externals[8].prefix"]["offered"] == ["/glade/u/apps/derecho/24.12"]
+    # What is there is not listed: the compiler, cuDNN, /usr externals.
+    assert not any(k.startswith(("compilers", "gpu.cudnn", "externals[0]")) for k in found)
+    # file:line:column at the key.
+    text = Path(mpi["file"]).read_text().splitlines()[mpi["line"] - 1]
+    assert text[mpi["column"] - 1:].startswith("prefix: /opt/cray/pe/mpich/8.1.27")
+
+
+def test_missing_modules_through_lmod_spider(bumped: Path, capsys) -> None:
+    if bump._lmod() is None:
+        pytest.skip("Lmod not installed (apt install lmod, or make setup)")
+    rc, report = _run(capsys, "derecho", "--root", str(bumped))
+    assert rc == 1 and report["modules_checked"]
+    found = _by_key(report)
+    assert found["compilers[0].modules[0]"]["named"] == "ncarenv/23.09"
+    assert found["compilers[0].modules[0]"]["offered"] == ["ncarenv/24.12"]
+    assert found["mpi.modules[0]"]["offered"] == ["cray-mpich/8.1.29"]
+    assert found["gpu.cuda.modules[0]"]["offered"] == ["cuda/12.4.1"]
+    assert "compilers[0].modules[1]" not in found  # gcc/12.2.0 is there
+    assert "gpu.cudnn.modules[0]" not in found
+
+
+def test_compiler_reporting_another_version(bumped: Path, tmp_path: Path, capsys) -> None:
+    for exe in ("gcc", "g++", "gfortran"):  # the same path, a rebuilt compiler
+        _tool(bumped / "opt/cray/pe/gcc/12.2.0/snos/bin" / exe, "12.2.1")
+    rc, report = _run(capsys, "derecho", "--root", str(bumped), "--no-modules")
+    assert rc == 1
+    spec = _by_key(report)["compilers[0].spec"]
+    assert spec["problem"] == "/opt/cray/pe/gcc/12.2.0/snos/bin/gcc reports 12.2.1"
+    assert spec["offered"] == ["gcc@12.2.1"]
+
+
+def test_nothing_missing_exits_zero(tmp_path: Path, capsys) -> None:
+    """A site file whose every path is there (a stand-in of generic-ib)."""
+    site = edited_site(tmp_path, "generic-ib")
+    root = tmp_path / "root"
+    for key, entry in bump._entries(site.data):
+        if entry.get("prefix"):
+            (root / entry["prefix"].lstrip("/")).mkdir(parents=True, exist_ok=True)
+        for exe in (entry.get("languages") or {}).values():
+            _tool(root / exe.lstrip("/"), entry["spec"].partition("@")[2])
+    rc = main(["bump-check", str(site.path), "--root", str(root), "--no-modules"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "generic-ib: all " in out and "modules not checked: --no-modules" in out
+
+
+def test_text_report(bumped: Path, capsys) -> None:
+    rc = main(["bump-check", "derecho", "--root", str(bumped), "--no-modules"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "mpi.prefix: /opt/cray/pe/mpich/8.1.27/ofi/gnu/9.1 missing" in out
+    assert "    offered: /opt/cray/pe/mpich/8.1.29/ofi/gnu/9.1" in out

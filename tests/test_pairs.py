@@ -1,0 +1,131 @@
+"""NCCL/aws-ofi-nccl pairs: refused at site load, labelled by where they ran.
+
+A pinned pair outside nccl-ss11's ``VOUCHED_PAIRS`` used to render and then
+fail after a solve of minutes; now the loader refuses it, over a broken copy
+of a shipped site, naming the pairs vouched for that NCCL or that plugin.
+The table has one home (the package file); the wrapper reads it and
+docs/design.md must show the same rows.  No Spack needed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import edited_site
+from torchmpi import pairs, spackenv
+from torchmpi import site as sitemod
+from torchmpi.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pin(version: str, plugin: str | None = None):
+    def edit(data: dict) -> None:
+        data["nccl"] = {"version": version, **({"plugin": plugin} if plugin else {})}
+    return edit
+
+
+def _error(tmp_path: Path, edit) -> str:
+    with pytest.raises(UserError) as err:
+        edited_site(tmp_path, "derecho", edit)
+    return str(err.value)
+
+
+def test_unvouched_plugin_is_refused_at_load_with_the_vouched_pairs(tmp_path: Path) -> None:
+    msg = _error(tmp_path, _pin("2.21.5-1", "1.19.0"))
+    line = next(s for s in msg.splitlines() if ": nccl.plugin: " in s)
+    assert re.search(r"derecho\.yaml:\d+:\d+: nccl\.plugin: aws-ofi-nccl 1\.19\.0 with NCCL"
+                     r" 2\.21\.5-1 is not a vouched pair", line), line
+    # What NCCL 2.21.5-1 allows, and where each was run.
+    assert "allowed with NCCL 2.21.5-1: 1.6.0 (run on Slingshot by NCAR)" in line
+    # What plugin 1.19.0 is vouched with, Slingshot and EFA alike.
+    assert "2.27.7-1 (run on Slingshot by HPE)" in line
+    assert "2.29.7-1 (tested on EFA by AWS release notes)" in line
+
+
+def test_nccl_in_no_pair_is_refused_at_load(tmp_path: Path) -> None:
+    msg = _error(tmp_path, _pin("2.26.2-1", "1.6.0"))
+    assert re.search(r": nccl\.version: NCCL 2\.26\.2-1 is in no vouched NCCL/aws-ofi-nccl"
+                     r" pair.*allowed: 2\.29\.7-1, 2\.29\.2-1, ", msg), msg
+
+
+def test_unvouched_pair_is_allowed_off_slingshot(tmp_path: Path) -> None:
+    """Only nccl-ss11 (Slingshot) is bound to the table; NCCL alone may be any release."""
+    site = edited_site(tmp_path, "generic-ib", _pin("2.26.2-1"))
+    assert site.data["nccl"]["version"] == "2.26.2-1"
+
+
+def test_every_vouched_pair_loads(tmp_path: Path) -> None:
+    for pair in pairs.vouched():
+        edited_site(tmp_path, "derecho", _pin(pair.nccl, pair.plugin))
+
+
+def test_every_pair_is_labelled_by_where_it_ran() -> None:
+    by = {"slingshot": {"HPE", "CSCS", "NCAR"}, "efa": {"AWS release notes"}}
+    for pair in pairs.vouched():
+        assert pair.by in by[pair.fabric], pair
+        if pair.fabric == "efa":
+            assert "RELEASENOTES" in pair.source, pair
+        else:
+            assert pair.by.split()[0] in pair.source, pair
+
+
+def test_design_doc_shows_the_packages_table() -> None:
+    """docs/design.md's table is the package's, row for row, with where each ran."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    section = text.split("### `nccl-ss11`", 1)[1]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in section.splitlines() if line.startswith("| 2.")]
+    assert rows, "no pair rows in docs/design.md"
+    shown = {(r[0], r[1], r[2] if r[2] != "–" else "-", r[3]) for r in rows}
+    where = {"slingshot": "Slingshot: {}", "efa": "EFA: {}"}
+    table = {(p.nccl, p.plugin, p.libfabric, where[p.fabric].format(p.by))
+             for p in pairs.vouched()}
+    assert shown == table
+
+
+def _pins(tmp_path: Path, name: str, edit=None) -> dict:
+    site = edited_site(tmp_path, name, edit)
+    _, data = spackenv.packages_yaml(site)
+    return data["packages"]
+
+
+def _slingshot_run() -> set[tuple[str, str]]:
+    return {(p.nccl, p.plugin) for p in pairs.vouched() if p.fabric == "slingshot"}
+
+
+def test_unpinned_slingshot_site_gets_a_slingshot_run_pair(tmp_path: Path) -> None:
+    def unpin(data: dict) -> None:
+        data.pop("nccl", None)
+    pkgs = _pins(tmp_path, "derecho", unpin)
+    pair = (pkgs["nccl"]["require"][0].lstrip("@"), pkgs["aws-ofi-nccl"]["require"][0].lstrip("@"))
+    assert pair in _slingshot_run(), pair
+    # The newest such pair.
+    newest = next(p for p in pairs.vouched() if p.fabric == "slingshot")
+    assert pair == (newest.nccl, newest.plugin)
+
+
+def test_nccl_pinned_alone_gets_its_slingshot_run_plugin(tmp_path: Path) -> None:
+    pkgs = _pins(tmp_path, "derecho", _pin("2.27.7-1"))
+    assert pkgs["aws-ofi-nccl"]["require"] == ["@1.19.0"]
+    # An NCCL vouched only by release notes: the solver picks among its plugins.
+    pkgs = _pins(tmp_path, "derecho", _pin("2.28.7-1"))
+    assert pkgs["nccl"]["require"] == ["@2.28.7-1"] and "aws-ofi-nccl" not in pkgs
+
+
+def test_shipped_slingshot_sites_render_a_vouched_pair() -> None:
+    vouched = {(p.nccl, p.plugin) for p in pairs.vouched()}
+    for name in sitemod.available():
+        site = sitemod.load(name)
+        if site.data["fabric"] != "slingshot":
+            continue
+        text = (ROOT / "environments" / name / "packages.yaml").read_text()
+        pkgs = yaml.safe_load(text)["packages"]
+        pair = (pkgs["nccl"]["require"][0].lstrip("@"),
+                pkgs["aws-ofi-nccl"]["require"][0].lstrip("@"))
+        assert pair in vouched, (name, pair)
+        if not site.data.get("nccl"):
+            assert pair in _slingshot_run(), (name, pair)

@@ -1,0 +1,145 @@
+"""Site-file mistakes caught at load, before any solve, over broken copies of shipped sites.
+
+Each was a solve or a build that failed late (docs/sites.md).  Every error
+must name the file with line:column at the key it is about, the key path,
+and what is allowed.  No Spack needed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import edited_site
+from torchmpi.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def refused(tmp_path: Path, name: str, edit, key: str) -> tuple[str, str]:
+    """The error line naming ``key`` and the text of the file line it points at."""
+    with pytest.raises(UserError) as err:
+        edited_site(tmp_path, name, edit)
+    msg = str(err.value)
+    line = next((s for s in msg.splitlines() if f": {key}: " in s), None)
+    assert line, msg
+    found = re.search(rf"{re.escape(str(tmp_path / (name + '.yaml')))}:(\d+):(\d+): ", line)
+    assert found, line
+    text = (tmp_path / f"{name}.yaml").read_text().splitlines()[int(found.group(1)) - 1]
+    return line, text
+
+
+def test_slingshot_libfabric_without_cxi(tmp_path: Path) -> None:
+    def edit(d: dict) -> None:
+        d["libfabric"]["spec"] = "libfabric@1.15.2.0 fabrics=tcp,udp"
+    line, text = refused(tmp_path, "derecho", edit, "libfabric.spec")
+    assert "lacks the cxi provider" in line and "allowed: the spec with fabrics=cxi" in line
+    assert text.strip().startswith("spec: libfabric@1.15.2.0")
+
+    def bare(d: dict) -> None:
+        d["libfabric"]["spec"] = "libfabric@1.15.2.0"
+    line, _ = refused(tmp_path, "perlmutter", bare, "libfabric.spec")
+    assert "lacks the cxi provider" in line
+
+
+def test_cuda_arch_without_cray_gtl(tmp_path: Path) -> None:
+    def edit(d: dict) -> None:
+        d["gpu"]["cuda_arch"] = "90a"
+        d["gpu"]["model"] = "NVIDIA GH200"
+        d["gpu"]["cuda"]["spec"] = "cuda@12.4.0"
+    line, text = refused(tmp_path, "derecho", edit, "gpu.cuda_arch")
+    assert "no GTL support could be found" in line
+    assert "allowed: 70, 80, 90 (90 is the same GPU), or mpi.cuda_aware: false" in line
+    assert text.strip().startswith("cuda_arch:")
+
+
+def test_cuda_arch_gtl_rule_is_off_without_cuda_aware_mpi(tmp_path: Path) -> None:
+    site = edited_site(tmp_path, "alps-gh200", lambda d: d["gpu"].update(cuda_arch="90a"))
+    assert site.cuda_arch == "90a"  # alps-gh200 has mpi.cuda_aware: false
+
+
+def test_cuda_arch_not_the_models(tmp_path: Path) -> None:
+    line, _ = refused(tmp_path, "derecho", lambda d: d["gpu"].update(cuda_arch=90),
+                      "gpu.cuda_arch")
+    assert "is not the compute capability of the NVIDIA A100" in line and "allowed: 80" in line
+
+
+def test_cuda_arch_the_sites_cuda_cannot_build(tmp_path: Path) -> None:
+    def edit(d: dict) -> None:
+        d["gpu"]["cuda_arch"] = 100
+        d["gpu"].pop("model", None)
+        d["mpi"]["cuda_aware"] = False
+        d["runtime"]["env"].pop("MPICH_GPU_SUPPORT_ENABLED", None)
+    line, _ = refused(tmp_path, "derecho", edit, "gpu.cuda_arch")
+    assert "needs CUDA 12.8 or newer" in line and "the site's CUDA is 12.2.1" in line
+
+
+def test_compiler_version_from_a_module_name(tmp_path: Path) -> None:
+    def edit(d: dict) -> None:  # NCAR's gcc 12.2.0 tree, version from a module `gcc/12.3`
+        d["compilers"][0]["spec"] = "gcc@12.3.0"
+        d["compilers"][0]["modules"] = ["ncarenv/23.09", "gcc/12.3"]
+    line, text = refused(tmp_path, "derecho", edit, "compilers[0].spec")
+    assert "gcc@12.3.0 (it looks taken from the module gcc/12.3) contradicts" in line
+    assert "/opt/cray/pe/gcc/12.2.0/snos, a gcc 12.2.0" in line
+    assert "allowed: the version `/opt/cray/pe/gcc/12.2.0/snos/bin/gcc -dumpfullversion`" in line
+    assert "spec: gcc@12.3.0" in text
+
+    def native(d: dict) -> None:  # /usr/bin/gcc-12 is no gcc 13
+        d["compilers"][0]["spec"] = "gcc@13.2.0"
+        d["compilers"][0]["modules"] = ["PrgEnv-gnu/8.5.0", "gcc-native/13.2"]
+    line, _ = refused(tmp_path, "perlmutter", native, "compilers[0].spec")
+    assert "looks taken from the module gcc-native/13.2" in line and "a gcc 12" in line
+
+
+@pytest.mark.parametrize(("vendor", "archspec"), [
+    ("grace", "neoverse_v2"), ("milan", "zen3"), ("AMD EPYC Genoa", "zen4"),
+    ("sapphire-rapids", "sapphirerapids"),
+])
+def test_vendor_cpu_name_gets_its_archspec_name(tmp_path: Path, vendor: str,
+                                                archspec: str) -> None:
+    line, text = refused(tmp_path, "derecho", lambda d: d.update(target=vendor), "target")
+    assert f"did you mean {archspec}?" in line and "a vendor's name" in line
+    assert text.startswith("target:")
+
+
+def test_vendor_cpu_name_on_a_compiler(tmp_path: Path) -> None:
+    line, _ = refused(tmp_path, "alps-gh200", lambda d: d["compilers"][0].update(target="grace"),
+                      "compilers[0].target")
+    assert "did you mean neoverse_v2?" in line
+
+
+def test_compiler_target_other_than_the_sites(tmp_path: Path) -> None:
+    """docs/sites.md once suggested `target: aarch64`, which fails to solve."""
+    line, text = refused(tmp_path, "alps-gh200",
+                         lambda d: d["compilers"][0].update(target="aarch64"),
+                         "compilers[0].target")
+    assert "cannot match any known version" in line and "allowed: neoverse_v2" in line
+    assert text.strip() == "target: aarch64"
+
+
+def test_missing_required_key_at_the_key_that_requires_it(tmp_path: Path) -> None:
+    """A Slingshot site without libfabric: at `fabric:`, not at the file's first key."""
+    line, text = refused(tmp_path, "derecho", lambda d: d.pop("libfabric"), "libfabric")
+    assert "missing required key 'libfabric'" in line
+    assert text.startswith("fabric: slingshot"), text
+
+
+def test_missing_nested_key_at_its_parent_mapping(tmp_path: Path) -> None:
+    line, text = refused(tmp_path, "derecho", lambda d: d["gpu"].pop("cuda"), "gpu.cuda")
+    assert "missing required key 'cuda'" in line and text.startswith("gpu:")
+    line, text = refused(tmp_path, "derecho",
+                         lambda d: d["compilers"][0]["languages"].pop("c"),
+                         "compilers[0].languages.c")
+    assert text.strip() == "languages:"
+
+
+def test_docs_cross_cpu_compiler_example_validates(tmp_path: Path) -> None:
+    text = (ROOT / "docs" / "sites.md").read_text()
+    section = text.split("### `compilers` (required)", 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", section, re.DOTALL)
+    assert block, "no yaml example in the compilers section"
+    example = yaml.safe_load(block.group(1))["compilers"]
+    site = edited_site(tmp_path, "alps-gh200", lambda d: d.update(compilers=example))
+    assert site.data["compilers"][0]["target"] == site.data["target"]

@@ -1,0 +1,136 @@
+"""The torch release is the admin's choice: ``torch: {versions: [...]}``, several side by side.
+
+Rendering is checked by parsing the rendered files back (no solve: two
+torch releases in one environment cost two py-torch solves).  The notes for
+releases without a ProcessGroupMPI fixture are checked at render time and,
+with the stand-in Spack of test_concretize_cli, at concretize time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import edited_site
+from test_concretize_cli import fake_spack  # noqa: F401 (a fixture)
+from torchmpi import paths, torches
+from torchmpi.cli import main
+from torchmpi.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "process_group_mpi"
+
+
+def _with(*versions: str):
+    def edit(d: dict) -> None:
+        d["torch"] = {"versions": list(versions)}
+    return edit
+
+
+def _site_file(tmp_path: Path, name: str, edit) -> Path:
+    edited_site(tmp_path, name, edit)
+    return tmp_path / f"{name}.yaml"
+
+
+def _render(tmp_path: Path, name: str, edit, capsys) -> tuple[dict, str]:
+    path = _site_file(tmp_path, name, edit)
+    out = tmp_path / "env"
+    assert main(["render", str(path), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    files = {f: yaml.safe_load((out / f).read_text())
+             for f in ("spack.yaml", "packages.yaml", "modules.yaml")}
+    return files, err
+
+
+def test_two_releases_side_by_side(tmp_path: Path, capsys) -> None:
+    files, _ = _render(tmp_path, "derecho", _with("2.12.0", "2.11.0"), capsys)
+    env = files["spack.yaml"]["spack"]
+    torch_roots = [s for s in env["specs"] if s.startswith("py-torch-mpi")]
+    assert torch_roots == [
+        "py-torch-mpi +cuda cuda_arch=80 +cuda_aware_mpi fabric=slingshot target=zen3"
+        f" ^py-torch@={v}" for v in ("2.12.0", "2.11.0")]
+    assert "py-torchvision target=zen3" in env["specs"]  # extra_specs once
+    assert env["concretizer"]["unify"] == "when_possible"
+    # One NCCL stack: one pinned pair for every release.
+    pkgs = files["packages.yaml"]["packages"]
+    assert pkgs["nccl"]["require"] == ["@2.21.5-1"]
+    assert pkgs["aws-ofi-nccl"]["require"] == ["@1.6.0"]
+    # Each release its own module: py-torch-mpi's name carries the torch
+    # version, and so does every other package built on torch.
+    proj = files["modules.yaml"]["modules"]["default"]["lmod"]["projections"]
+    assert proj["py-torch-mpi+cuda"].startswith("{name}/{^py-torch.version}")
+    assert proj["^py-torch"] == "{name}/{version}-torch{^py-torch.version}"
+    assert list(proj) == ["py-torch-mpi+cuda", "py-torch-mpi", "^py-torch", "all"]
+
+
+def test_one_release_keeps_one_dag(tmp_path: Path, capsys) -> None:
+    files, _ = _render(tmp_path, "perlmutter", _with("2.11.0"), capsys)
+    env = files["spack.yaml"]["spack"]
+    assert env["specs"][0].endswith("target=zen3 ^py-torch@=2.11.0")
+    assert env["concretizer"]["unify"] is True
+    assert "deprecated" not in env.get("config", {})
+    assert "^py-torch" not in files["modules.yaml"]["modules"]["default"]["lmod"]["projections"]
+
+
+def test_unset_is_the_newest_allowed(tmp_path: Path, capsys) -> None:
+    """No key: no torch constraint on the root, as before the key existed."""
+    files, _ = _render(tmp_path, "derecho", None, capsys)
+    assert not any("^py-torch" in s for s in files["spack.yaml"]["spack"]["specs"])
+
+
+def test_release_with_a_fixture_renders_deprecated_config(tmp_path: Path, capsys) -> None:
+    files, err = _render(tmp_path, "derecho", _with("2.9.1"), capsys)
+    assert files["spack.yaml"]["spack"]["config"]["deprecated"] is True
+    assert "note" not in err  # 2.9.1 has a fixture
+
+
+def test_unverified_release_is_named_at_render_with_the_pin(tmp_path: Path, capsys) -> None:
+    _, err = _render(tmp_path, "derecho", _with("2.12.0", "2.9.1"), capsys)
+    assert "torch 2.12.0: no ProcessGroupMPI fixture" in err and "PatchError" in err
+    assert "torch: {versions: [2.9.1]}" in err and "mpi.cuda_aware: false" in err
+    assert "torch 2.9.1" not in err
+
+
+def test_no_note_without_cuda_aware_mpi(tmp_path: Path, capsys) -> None:
+    _, err = _render(tmp_path, "alps-gh200", _with("2.12.0"), capsys)  # cuda_aware: false
+    assert "note" not in err
+
+
+def test_unverified_release_is_named_at_concretize(fake_spack: Path, tmp_path: Path,  # noqa: F811
+                                                   capsys) -> None:
+    path = _site_file(tmp_path, "derecho", None)
+    assert main(["concretize", str(path), "-o", str(tmp_path / "env"), "-q"]) == 0
+    err = capsys.readouterr().err
+    # Before the solve (unpinned: every current release is unverified) ...
+    assert "torchmpi concretize: note: torch: unpinned" in err
+    # ... and after it, the release the lock holds (the stand-in's 2.11.0).
+    assert "torchmpi concretize: note: torch 2.11.0: no ProcessGroupMPI fixture" in err
+
+
+@pytest.mark.parametrize(("versions", "expect"), [
+    (["2.13.0"], ("'2.13.0' is no py-torch release of the pinned builtin spack-packages;"
+                 " allowed: 2.12.0, 2.11.0, 2.10.0 (current) or 2.9.1, 2.6.0")),
+    (["2.8.0"], "torch 2.8.0 cannot be built +cuda_aware_mpi"),
+    (["2.11"], "'2.11' is not allowed; allowed: a PyTorch release as MAJOR.MINOR.PATCH"),
+    (["2.11.0", "2.11.0"], "lists a value twice"),
+])
+def test_bad_release_is_refused_at_load(tmp_path: Path, versions: list, expect: str) -> None:
+    with pytest.raises(UserError) as err:
+        edited_site(tmp_path, "derecho", _with(*versions))
+    assert expect in str(err.value)
+    assert ": torch.versions" in str(err.value)
+
+
+def test_cuda_aware_rule_only_with_cuda_aware_mpi(tmp_path: Path) -> None:
+    assert edited_site(tmp_path, "alps-gh200", _with("2.8.0")).data["torch"]
+
+
+def test_verified_releases_are_the_fixtures() -> None:
+    """torches.VERIFIED names the release fixtures; the rest are the package's UNVERIFIED_TORCH."""
+    fixtures = {p.stem.removeprefix("v") for p in FIXTURES.glob("v*.cpp")}
+    assert set(torches.VERIFIED) == fixtures
+    current = [v for v, old in torches.builtin_releases().items() if not old]
+    assert current and set(current) <= set(torches.unverified()) | set(torches.VERIFIED)
+    assert set(torches.unverified()).isdisjoint(torches.VERIFIED)
+    assert paths.builtin_repo().is_dir()

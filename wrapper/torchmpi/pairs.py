@@ -1,0 +1,101 @@
+"""The vouched NCCL/aws-ofi-nccl pairs, read from the nccl-ss11 package.
+
+The package (``spack_repo/torchmpi/packages/nccl_ss11/package.py``,
+``VOUCHED_PAIRS``) is what Spack enforces; this module reads that same
+literal with :mod:`ast` (no Spack import, a few milliseconds) so that a site
+file pinning a pair outside it is refused when the site is loaded, not after
+a solve of minutes, and so that a Slingshot site naming no pair gets one that
+was run on Slingshot.  One table, two readers: they cannot disagree.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from dataclasses import dataclass
+
+from torchmpi import paths
+from torchmpi.errors import UserError
+
+#: Who ran a pair, by the fabric it ran on, in the words messages use.
+_WHERE = {"slingshot": "run on Slingshot", "efa": "tested on EFA"}
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One vouched pair and where it was run."""
+
+    nccl: str
+    plugin: str
+    libfabric: str
+    fabric: str  # "slingshot" (HPE, CSCS, NCAR) or "efa" (AWS release notes)
+    by: str
+    source: str
+
+    @property
+    def label(self) -> str:
+        """``1.6.0 (run on Slingshot by NCAR)``-style words for messages."""
+        return f"{_WHERE.get(self.fabric, self.fabric)} by {self.by}"
+
+
+def _key(version: str) -> tuple[int, ...]:
+    """Sort key of an NCCL or plugin release (``2.21.5-1`` -> (2, 21, 5, 1))."""
+    return tuple(int(p) for p in version.replace("-", ".").split(".") if p.isdigit())
+
+
+@functools.cache
+def vouched() -> tuple[Pair, ...]:
+    """Every vouched pair, newest NCCL first, then newest plugin."""
+    path = paths.torchmpi_repo() / "packages" / "nccl_ss11" / "package.py"
+    try:
+        tree = ast.parse(path.read_text())
+    except OSError as err:
+        raise UserError(f"{path}: cannot read the vouched NCCL pairs: {err.strerror}") from None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "VOUCHED_PAIRS":
+            rows = ast.literal_eval(node.value)
+            pairs = [Pair(*row) for row in rows]
+            return tuple(sorted(pairs, key=lambda p: (_key(p.nccl), _key(p.plugin)),
+                                reverse=True))
+    raise UserError(f"{path}: no VOUCHED_PAIRS table")
+
+
+def _listing(pairs: list[Pair], show: str) -> str:
+    if not pairs:
+        return "none"
+    return "; ".join(f"{getattr(p, show)} ({p.label})" for p in pairs)
+
+
+def problem(nccl: dict) -> tuple[tuple, str] | None:
+    """(key path, message) when a Slingshot site's ``nccl:`` pin is no vouched pair."""
+    version, plugin = nccl.get("version"), nccl.get("plugin")
+    table = vouched()
+    with_nccl = [p for p in table if p.nccl == version]
+    if not with_nccl:
+        known = ", ".join(dict.fromkeys(p.nccl for p in table))
+        return ("nccl", "version"), (
+            f"NCCL {version} is in no vouched NCCL/aws-ofi-nccl pair, so nccl-ss11 cannot"
+            f" build it for Slingshot; allowed: {known} (docs/design.md)")
+    if plugin is None or any(p.plugin == plugin for p in with_nccl):
+        return None
+    with_plugin = [p for p in table if p.plugin == plugin]
+    return ("nccl", "plugin"), (
+        f"aws-ofi-nccl {plugin} with NCCL {version} is not a vouched pair; allowed with"
+        f" NCCL {version}: {_listing(with_nccl, 'plugin')}; vouched with aws-ofi-nccl"
+        f" {plugin}: {_listing(with_plugin, 'nccl')} (docs/design.md)")
+
+
+def choose(nccl: dict) -> Pair | None:
+    """The pair a Slingshot site gets: its pin completed with a Slingshot-run plugin.
+
+    No pin: the newest pair run on Slingshot.  NCCL pinned without a plugin:
+    the newest plugin run on Slingshot with that NCCL, else None (the solver
+    picks among the vouched ones).  Both pinned: that pair.
+    """
+    version, plugin = nccl.get("version"), nccl.get("plugin")
+    for pair in vouched():
+        if version not in (None, pair.nccl) or plugin not in (None, pair.plugin):
+            continue
+        if plugin is not None or pair.fabric == "slingshot":
+            return pair
+    return None

@@ -1,0 +1,209 @@
+"""Site-file mistakes that a solve would find only after minutes, found at load.
+
+Each rule reads the validated data and returns ``(key path, message)``
+pairs; :func:`torchmpi.site.validate` turns them into file:line:column
+errors.  Every rule here was a solve or a build that failed late:
+
+* a Slingshot libfabric without the ``cxi`` provider: "Cannot build
+  libfabric, since it is configured buildable:false" after a two-minute solve;
+* a ``cuda_arch`` Cray MPICH has no GTL for (``90a``: "no GTL support could be
+  found" in the py-torch build), one the site's CUDA cannot compile for, or one
+  that is not the GPU model's;
+* a compiler version that the compiler's own paths contradict (typically
+  taken from a module name such as ``gcc-native/12.3``);
+* a compiler ``target`` other than the site's (``aarch64`` for a
+  ``neoverse_v2`` site: "Version requirement ... on c for gcc cannot match any
+  known version", since every package, the compiler included, must have the
+  site's target);
+* vendor CPU names (``grace``, ``milan``) for archspec's (``neoverse_v2``, ``zen3``).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Any
+
+from torchmpi import paths
+
+Problem = tuple[tuple, str]
+
+#: CPU names from vendors' product pages, for the archspec microarchitecture
+#: (archspec-json microarchitectures.json) of that CPU.  archspec has none of
+#: these names, and difflib finds no close archspec name for them.
+VENDOR_CPUS = {
+    "grace": "neoverse_v2",  # NVIDIA Grace: Arm Neoverse V2 cores
+    "gh200": "neoverse_v2",
+    "gb200": "neoverse_v2",
+    "graviton2": "neoverse_n1",
+    "graviton3": "neoverse_v1",
+    "graviton4": "neoverse_v2",
+    "naples": "zen",
+    "rome": "zen2",
+    "milan": "zen3",
+    "trento": "zen3",  # Frontier's and LUMI-G's custom EPYC 7A53: Zen 3
+    "genoa": "zen4",
+    "bergamo": "zen4",
+    "turin": "zen5",
+    "skylake-sp": "skylake_avx512",
+    "cascade-lake": "cascadelake",
+    "ice-lake": "icelake",
+    "sapphire-rapids": "sapphirerapids",
+    "spr": "sapphirerapids",
+}
+
+
+def vendor_hint(value: str) -> str | None:
+    """The archspec name for a vendor's CPU name (``grace`` -> ``neoverse_v2``), or None."""
+    key = re.sub(r"[\s_]+", "-", value.strip().lower())
+    for prefix in ("amd-", "epyc-", "nvidia-", "intel-", "xeon-", "aws-"):
+        key = key.removeprefix(prefix)
+    return VENDOR_CPUS.get(key) or VENDOR_CPUS.get(key.replace("-", ""))
+
+
+#: cuda_arch values builtin cray-mpich's ``gtl_lib`` has Cray's CUDA GTL for
+#: (spack-packages v2026.06.0, repos/spack_repo/builtin/packages/cray_mpich/package.py).
+CRAY_GTL_ARCHS = ("70", "80", "90")
+
+#: GPU models by the start of their name, and their compute capability
+#: (NVIDIA, developer.nvidia.com/cuda-gpus).  Longest names first.
+GPU_ARCHS = (
+    ("gh200", "90"), ("gb200", "100"), ("h100", "90"), ("h200", "90"), ("b200", "100"),
+    ("a100", "80"), ("a30", "80"), ("a40", "86"), ("a10", "86"), ("l40", "89"),
+    ("l4", "89"), ("v100", "70"), ("p100", "60"),
+)
+
+
+def _vtuple(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text))
+
+
+@cache
+def cuda_ranges() -> dict[str, tuple[str, str]]:
+    """cuda_arch -> (lowest, highest) CUDA, from builtin's CudaPackage; empty without it.
+
+    Read from ``build_systems/cuda.py`` of the pinned builtin repository
+    (``depends_on("cuda@LO:HI", when="cuda_arch=X")``), so the rule follows
+    the pin rather than a copy.
+    """
+    path = paths.builtin_repo() / "build_systems" / "cuda.py"
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    pattern = r'depends_on\("cuda@([\d.]*):?([\d.]*)", when="cuda_arch=(\w+)"\)'
+    out = {}
+    for lo, hi, arch in re.findall(pattern, text):
+        out[arch] = (lo, hi)
+    return out
+
+
+def _cuda_arch(data: dict[str, Any]) -> list[Problem]:
+    gpu = data.get("gpu")
+    if not isinstance(gpu, dict) or "cuda_arch" not in gpu:
+        return []
+    arch = str(gpu["cuda_arch"])
+    where = ("gpu", "cuda_arch")
+    out: list[Problem] = []
+    mpi = data.get("mpi") or {}
+    if (mpi.get("kind") == "cray-mpich" and mpi.get("cuda_aware", True)
+            and arch not in CRAY_GTL_ARCHS):
+        base = re.match(r"\d+", arch)
+        hint = (f" ({base.group()} is the same GPU)" if base and base.group() in CRAY_GTL_ARCHS
+                else "")
+        out.append((where, (
+            f"{arch!r}: builtin cray-mpich has Cray's CUDA GTL only for cuda_arch"
+            f" {', '.join(CRAY_GTL_ARCHS)}, so the py-torch build would stop with \"no GTL"
+            f" support could be found\"; allowed: {', '.join(CRAY_GTL_ARCHS)}{hint}, or"
+            " mpi.cuda_aware: false (docs/sites.md)")))
+    model = str(gpu.get("model") or "").lower()
+    for name, want in GPU_ARCHS:
+        if re.search(rf"\b{name}", model):
+            if re.match(r"\d+", arch) and re.match(r"\d+", arch).group() != want:
+                out.append((where, (
+                    f"{arch!r} is not the compute capability of the {gpu['model']}"
+                    f" (NVIDIA: {want}, developer.nvidia.com/cuda-gpus); allowed: {want}")))
+            break
+    cuda = (gpu.get("cuda") or {}).get("spec", "")
+    found = re.match(r"cuda@([\d.]+)", cuda)
+    span = cuda_ranges().get(arch)
+    if found and span:
+        have, (lo, hi) = _vtuple(found.group(1)), span
+        # A range's end matches every release it prefixes (Spack: @:12.9 takes 12.9.1).
+        too_old = lo and have < _vtuple(lo)
+        too_new = hi and have[:len(_vtuple(hi))] > _vtuple(hi)
+        if too_old or too_new:
+            allowed = f"{lo or 'any'} to {hi}" if hi else f"{lo} or newer"
+            out.append((where, (
+                f"{arch!r} needs CUDA {allowed} (builtin CudaPackage), and the site's CUDA is"
+                f" {found.group(1)}; allowed: a cuda_arch this CUDA compiles for, or the"
+                " CUDA that does")))
+    return out
+
+
+def _libfabric(data: dict[str, Any]) -> list[Problem]:
+    lib = data.get("libfabric")
+    if data.get("fabric") != "slingshot" or not isinstance(lib, dict):
+        return []
+    spec = str(lib.get("spec", ""))
+    fabrics = re.search(r"\bfabrics=(\S+)", spec)
+    if fabrics and "cxi" in fabrics.group(1).split(","):
+        return []
+    return [(("libfabric", "spec"), (
+        f"{spec!r} lacks the cxi provider: nccl-ss11 needs libfabric fabrics=cxi and the"
+        " site's libfabric is not buildable, so the solve would fail after minutes (\"Cannot"
+        " build libfabric\"); allowed: the spec with fabrics=cxi (and the other providers it"
+        " has), e.g. libfabric@1.15.2.0 fabrics=cxi"))]
+
+
+#: A gcc version inside a path: ``gcc/12.2.0/``, ``gcc-12.2.0``, ``gcc-12``.
+_PATH_VERSION = re.compile(r"gcc[-/@](\d+(?:\.\d+){0,2})(?![\d.]*\d)")
+
+
+def _compilers(data: dict[str, Any]) -> list[Problem]:
+    out: list[Problem] = []
+    comps = data.get("compilers")
+    if not isinstance(comps, list):
+        return out
+    target = data.get("target")
+    for i, comp in enumerate(comps):
+        spec = str(comp.get("spec", ""))
+        version = spec.partition("@")[2]
+        places = [comp.get("prefix") or ""] + list((comp.get("languages") or {}).values())
+        for place in places:
+            for seen in _PATH_VERSION.findall(str(place)):
+                if _vtuple(version)[:len(_vtuple(seen))] == _vtuple(seen):
+                    continue
+                taken = [m for m in comp.get("modules") or []
+                         if _vtuple(m.rpartition("/")[2])
+                         and _vtuple(version)[:len(_vtuple(m.rpartition("/")[2]))]
+                         == _vtuple(m.rpartition("/")[2])]
+                why = f" (it looks taken from the module {taken[0]})" if taken else ""
+                out.append(((("compilers", i, "spec")), (
+                    f"{spec}{why} contradicts {place}, a gcc {seen}; allowed: the version"
+                    f" `{(comp.get('languages') or {}).get('c', 'gcc')} -dumpfullversion`"
+                    " prints on the site")))
+                break
+            else:
+                continue
+            break
+        ctarget = comp.get("target")
+        known = ctarget in _archspec_names()  # an unknown name has its own error
+        if known and target not in (None, "auto") and ctarget != target:
+            out.append((("compilers", i, "target"), (
+                f"{ctarget!r} differs from the site's target {target!r}: packages.yaml requires"
+                f" target={target} of every package, the compiler's external included, so"
+                " the solve finds no gcc (\"Version requirement ... on c for gcc cannot match"
+                f" any known version\"); allowed: {target}")))
+    return out
+
+
+def _archspec_names() -> set[str]:
+    import archspec.cpu
+
+    return set(archspec.cpu.TARGETS)
+
+
+def problems(data: dict[str, Any]) -> list[Problem]:
+    """Every mistake of these kinds in a schema-valid site file."""
+    return [*_libfabric(data), *_cuda_arch(data), *_compilers(data)]

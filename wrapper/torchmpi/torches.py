@@ -1,0 +1,139 @@
+"""Which torch releases a site may choose (site key ``torch: {versions: [...]}``).
+
+Centres keep a previous and a current release side by side, so a site file
+may name several; without the key the solver takes the newest torch the site
+allows, as before.  Read here without Spack, in milliseconds:
+
+* the releases builtin ``py-torch`` has, and which it deprecates, from the
+  pinned builtin package file;
+* the releases torchmpi's ``py-torch`` override has no ProcessGroupMPI fixture
+  for (``UNVERIFIED_TORCH`` in its package file): on a ``+cuda_aware_mpi``
+  site the patch of that file may stop the build with a PatchError, so they
+  are named at render and concretize time with the pin that avoids them.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from typing import Any
+
+from torchmpi import paths
+
+#: Releases whose ProcessGroupMPI.cpp text is a fixture of the patch
+#: (tests/fixtures/process_group_mpi/v<version>.cpp; tests/test_torches.py
+#: ties the two), newest first.  Builtin deprecates both (CVEs), so a pin on
+#: them renders ``config: deprecated: true``.
+VERIFIED = ("2.9.1", "2.6.0")
+
+#: ``+cuda_aware_mpi`` exists from 2.6 and is refused for 2.7.0-2.9.0
+#: (py_torch/package.py: the variant's ``when`` and a ``conflicts``).
+_CUDA_AWARE_FROM = (2, 6)
+_CUDA_AWARE_GAP = ((2, 7, 0), (2, 9, 0))
+
+
+def _vt(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".") if p.isdigit())
+
+
+@functools.cache
+def builtin_releases() -> dict[str, bool]:
+    """Builtin py-torch's numbered releases -> whether deprecated; empty without the file."""
+    path = paths.builtin_repo() / "packages" / "py_torch" / "package.py"
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    out: dict[str, bool] = {}
+    deprecated_indent = None
+    for line in text.splitlines():
+        indent = len(line) - len(line.lstrip())
+        if deprecated_indent is not None and line.strip() and indent <= deprecated_indent:
+            deprecated_indent = None
+        if "default_args(deprecated=True)" in line:
+            deprecated_indent = indent
+        found = re.match(r'\s*version\("(\d+(?:\.\d+)+)"', line)
+        if found:
+            out[found.group(1)] = deprecated_indent is not None
+    return out
+
+
+@functools.cache
+def unverified() -> tuple[str, ...]:
+    """``UNVERIFIED_TORCH`` of torchmpi's py-torch package (read with ast)."""
+    path = paths.torchmpi_repo() / "packages" / "py_torch" / "package.py"
+    try:
+        tree = ast.parse(path.read_text())
+    except OSError:
+        return ()
+    for node in tree.body:
+        name = getattr(node.targets[0], "id", "") if isinstance(node, ast.Assign) else ""
+        if name == "UNVERIFIED_TORCH":
+            return tuple(ast.literal_eval(node.value))
+    return ()
+
+
+def versions(data: dict[str, Any]) -> list[str]:
+    """The site's torch releases, in the site file's order; empty: the newest allowed."""
+    return list((data.get("torch") or {}).get("versions") or [])
+
+
+def cuda_aware(data: dict[str, Any]) -> bool:
+    """Whether the root is ``+cuda_aware_mpi`` (a GPU site, unless mpi.cuda_aware is false)."""
+    return isinstance(data.get("gpu"), dict) and (data.get("mpi") or {}).get("cuda_aware", True)
+
+
+def problems(data: dict[str, Any]) -> list[tuple[tuple, str]]:
+    """Releases a site may not choose: unknown to builtin, or without +cuda_aware_mpi."""
+    out: list[tuple[tuple, str]] = []
+    known = builtin_releases()
+    current = [v for v, old in known.items() if not old]
+    for i, version in enumerate(versions(data)):
+        where = ("torch", "versions", i)
+        if known and version not in known:
+            out.append((where, (
+                f"{version!r} is no py-torch release of the pinned builtin spack-packages;"
+                f" allowed: {', '.join(current)} (current) or {', '.join(VERIFIED)}"
+                " (deprecated, with a ProcessGroupMPI fixture)")))
+            continue
+        if not cuda_aware(data):
+            continue
+        vt = _vt(version)
+        if vt[:2] < _CUDA_AWARE_FROM or _CUDA_AWARE_GAP[0] <= vt <= _CUDA_AWARE_GAP[1]:
+            out.append((where, (
+                f"torch {version} cannot be built +cuda_aware_mpi (torchmpi's py-torch: from"
+                " 2.6, and not 2.7.0-2.9.0, whose ProcessGroupMPI text was never read);"
+                f" allowed: {', '.join(current + list(VERIFIED))}, or mpi.cuda_aware: false")))
+    return out
+
+
+def deprecated(data: dict[str, Any]) -> list[str]:
+    """The site's releases that builtin deprecates (they need ``config: deprecated: true``)."""
+    known = builtin_releases()
+    return [v for v in versions(data) if known.get(v)]
+
+
+def notes(data: dict[str, Any], chosen: list[str] | None = None) -> list[str]:
+    """What to tell the admin about ProcessGroupMPI fixtures, one line each.
+
+    ``chosen``: the torch releases of a solve (concretize); None before one
+    (render), where an unpinned site is told that the newest allowed release
+    is unverified when every current release is.
+    """
+    if not cuda_aware(data):
+        return []
+    pin = (f"pin one with a fixture (torch: {{versions: [{VERIFIED[0]}]}}, deprecated in"
+           " builtin) or set mpi.cuda_aware: false")
+    risky = set(unverified())
+    picked = chosen if chosen is not None else versions(data)
+    out = [f"torch {v}: no ProcessGroupMPI fixture for the +cuda_aware_mpi patch, so the"
+           f" py-torch build may stop with PatchError; to avoid it, {pin}"
+           for v in dict.fromkeys(picked) if v in risky]
+    current = [v for v, old in builtin_releases().items() if not old]
+    if chosen is None and not picked and current and set(current) <= risky:
+        out.append(f"torch: unpinned, so the newest release allowed ({', '.join(current)}"
+                   " are current), none with a ProcessGroupMPI fixture for the"
+                   f" +cuda_aware_mpi patch: the py-torch build may stop with PatchError;"
+                   f" to avoid it, {pin}")
+    return out
