@@ -55,7 +55,11 @@ def gather(site: str | None = None, nccl_log: str | None = None, run_probes: boo
                     torch_ldd=torch_ldd(info, runner), nccl_log=log_text, site=expectation,
                     driver=gpu.probe_driver(runner))
     if run_probes:
-        inputs.probes = probe.run_all(info, runner, env)
+        kind = (mpi.classify_libraries(info.loaded_libs) or (None,))[0]
+        if kind is None and (env.get("CRAY_MPICH_VERSION") or env.get("CRAY_MPICH_DIR")):
+            kind = "cray-mpich"
+        design = probe.cuda_over_mpi_off(env, expectation.data if expectation else None, kind)
+        inputs.probes = probe.run_all(info, runner, env, design)
         nccl_run = inputs.probes.get("probe.nccl")
         if inputs.nccl_log is None and nccl_run is not None:
             inputs.nccl_log = nccl_run.stdout
@@ -70,6 +74,7 @@ def run_checks(inputs: Inputs) -> list[Check]:
     found = mpi.identify_mpi(inputs.runner, env, inputs.torch_ldd, info.loaded_libs)
     plugin = nccl.find_plugin(env, inputs.nccl_log, inputs.isfile)
     gpu_site = isinstance((site_data or {}).get("gpu"), dict)
+    design = probe.cuda_over_mpi_off(env, site_data, found.kind)
     return [
         gpu.check_torch(info),
         gpu.check_backend_mpi(info),
@@ -77,9 +82,9 @@ def run_checks(inputs: Inputs) -> list[Check]:
         gpu.check_backend_gloo(info),
         gpu.check_gpu(info, inputs.driver or gpu.DriverInfo(), gpu_site),
         mpi.check_mpi_implementation(found),
-        mpi.check_openmpi_cuda_aware(found, inputs.runner, info.gpu_count),
+        mpi.check_openmpi_cuda_aware(found, inputs.runner, info.gpu_count, design),
         mpi.check_cray_gpu_support(found, env, inputs.torch_ldd, info.loaded_libs),
-        *probe.probe_checks(info, inputs.probes),
+        *probe.probe_checks(info, inputs.probes, design),
         nccl.check_nccl_plugin(env, plugin, slingshot, nodes, info.nccl),
         nccl.check_socket_ifname(env, inputs.interfaces),
         nccl.check_nccl_network(inputs.nccl_log, slingshot, nodes),
