@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from torchmpi import doctor, runtime, site
-from torchmpi.doctor import gpu, site_env
+from torchmpi.doctor import gpu, nccl, site_env
 from torchmpi.doctor.core import FAIL, PASS, CommandResult
 from torchmpi.doctor.probe import OK_MARK
 
@@ -74,11 +74,13 @@ def design_job(name: str) -> doctor.Inputs:
     else:
         libs = ["/usr/lib/x86_64-linux-gnu/libmpi.so.40"]
     fabric = data.get("fabric")
-    isfile = set().__contains__
+    maps = None
     log = None
     if fabric == "slingshot":
         env["LD_LIBRARY_PATH"] = PLUGIN_DIR
-        isfile = {f"{PLUGIN_DIR}/libnccl-net.so", f"{PLUGIN_DIR}/libnccl-net-ofi.so"}.__contains__
+        fabric_lib = f"{data['libfabric']['prefix']}/lib64/libfabric.so.1"
+        maps = {name: nccl.Mapped(name, [f"{PLUGIN_DIR}/{name}", fabric_lib])
+                for name in ("libnccl-net.so", "libnccl-net-ofi.so")}
         log = (LOGS / "plugin-ofi.log").read_text()
     elif fabric == "ib" and has_gpu:
         log = (LOGS / "ib.log").read_text()
@@ -98,7 +100,7 @@ def design_job(name: str) -> doctor.Inputs:
         nccl_log=log,
         site=site_env.SiteExpectation(loaded.name, data, runtime.environment(data)),
         driver=gpu.DriverInfo(4, "12.2", True) if has_gpu else gpu.DriverInfo(),
-        probes=probes, isfile=isfile)
+        probes=probes, plugin_maps=maps)
 
 
 #: Pairs of verdicts that cannot both be true: (check, status, words in its detail) twice.
