@@ -37,6 +37,8 @@ else:
     dist.init_process_group(backend, init_method='tcp://127.0.0.1:%d' % _free_port(),
                             rank=0, world_size=1)
 t = torch.full((4,), 3.0, device=device)
+if device == 'cuda':
+    torch.cuda.synchronize()  # ProcessGroupMPI does not wait on the stream (pytorch#38642)
 dist.all_reduce(t)
 if device == 'cuda':
     torch.cuda.synchronize()
