@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from mpi_launch import TORCHMPI, job_env, mpirun, torchrun
+from torchmpi import allreduce as ar
 from torchmpi.allreduce import (
     CUDA_REJECTED_HINT,
     bus_bandwidth,
@@ -238,3 +239,71 @@ def test_cuda_tensors_on_a_gpu(backend):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "device cuda:" in proc.stdout and "# Avg bus bandwidth" in proc.stdout
     assert [r[-1] for r in _rows(proc.stdout)] == ["OK", "OK", "OK"]
+
+
+# --- stream order: CUDA tensors over the MPI backend ------------------------------------
+# ProcessGroupMPI calls MPI on its worker thread with the tensor's pointer and no wait on
+# the caller's CUDA stream (pytorch/pytorch#38642): every collective that follows a kernel
+# must come after a synchronisation.  Checked without a GPU: a real gloo group of one rank
+# runs run_sizes on CPU tensors, and a stand-in for the stream wait records when it runs.
+
+
+@pytest.fixture
+def gloo_world_of_one():
+    import torch.distributed as dist
+    from torchmpi.dist import _free_port
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}",
+                            rank=0, world_size=1)
+    yield dist
+    dist.destroy_process_group()
+
+
+def test_every_collective_waits_for_the_stream(gloo_world_of_one, monkeypatch):
+    dist = gloo_world_of_one
+    events: list[str] = []
+    for name in ("all_reduce", "broadcast", "barrier"):
+        real = getattr(dist, name)
+
+        def recorded(*args, _real=real, _name=name, **kwargs):
+            events.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(dist, name, recorded)
+    results = ar.run_sizes([8, 4096], device="cpu", warmup=1, iters=2, time_op="avg",
+                           ready=lambda: events.append("sync"))
+    assert [r.errors for r in results] == [0, 0]
+    collectives = [i for i, e in enumerate(events) if e != "sync"]
+    assert len(collectives) >= 2 * 6, events
+    unsynced = [events[i] for i in collectives if i == 0 or events[i - 1] != "sync"]
+    assert unsynced == [], events
+    for how in ("avg", "rank0"):  # the time reduction is a collective too
+        events.clear()
+        ar._reduce_time(1.0, how, 1, "cpu", ready=lambda: events.append("sync"))
+        assert events[0] == "sync" and len(events) == 2, events
+
+
+def test_the_stream_wait_is_cudas_only_for_cuda_over_mpi():
+    """NCCL and gloo order themselves against the current stream; MPI does not."""
+    import torch
+
+    assert ar.stream_wait("cuda", "mpi") is torch.cuda.synchronize
+    for device, backend in (("cuda", "nccl"), ("cuda", "gloo"), ("cpu", "mpi")):
+        assert ar.stream_wait(device, backend) is ar.no_wait
+
+
+def test_doctor_probe_synchronises_before_its_collective():
+    """The probe fills its tensor with a kernel; on CUDA it waits before all_reduce."""
+    import ast
+
+    from torchmpi.doctor import probe
+
+    body = ast.parse(probe._SCRIPT).body
+
+    def calls(node):
+        return {ast.unparse(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
+
+    fill = next(i for i, n in enumerate(body) if "torch.full" in calls(n))
+    reduce = next(i for i, n in enumerate(body) if "dist.all_reduce" in calls(n))
+    between = body[fill + 1:reduce]
+    assert any("torch.cuda.synchronize" in calls(n) for n in between), ast.unparse(between)

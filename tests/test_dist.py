@@ -17,30 +17,75 @@ from torchmpi.dist import (
     launch_from_env,
 )
 
-OPENMPI = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8",
-           "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}
-MPICH = {"PMI_RANK": "5", "PMI_SIZE": "6", "MPI_LOCALRANKID": "2", "MPI_LOCALNRANKS": "3"}
-PALS = {"PALS_RANKID": "7", "PMI_RANK": "7", "PMI_SIZE": "16", "PALS_LOCAL_RANKID": "3"}
-SLURM = {"SLURM_PROCID": "9", "SLURM_NTASKS": "12", "SLURM_STEP_NUM_TASKS": "10",
-         "SLURM_LOCALID": "1", "SLURM_STEP_TASKS_PER_NODE": "4(x2)"}
+# Each launcher's variables, exactly as its source sets them (values for rank 9 of
+# 12, 4 ranks per node, on the third node).
+#
+# Open MPI mpirun: docs.open-mpi.org v5.0.x tuning-apps/environment-var ("Environment
+# variables set for MPI applications").
+OPENMPI = {"OMPI_COMM_WORLD_RANK": "9", "OMPI_COMM_WORLD_SIZE": "12",
+           "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+           "OMPI_UNIVERSE_SIZE": "12", "OMPI_COMM_WORLD_NODE_RANK": "1"}
+# MPICH hydra: pmodels/mpich src/pm/hydra/proxy/pmip_cb.c (MPI_LOCALNRANKS,
+# MPI_LOCALRANKID; PMI_FD, PMI_RANK, PMI_SIZE unless -pmi-port).
+MPICH = {"PMI_RANK": "9", "PMI_SIZE": "12", "PMI_FD": "7", "MPI_LOCALRANKID": "1",
+         "MPI_LOCALNRANKS": "4"}
+# srun itself, whatever --mpi: SchedMD/slurm doc/man/man1/srun.1, "OUTPUT ENVIRONMENT
+# VARIABLES" (SLURM_NTASKS is the job's; SLURM_STEP_NUM_TASKS the step's).
+SRUN = {"SLURM_JOB_ID": "123456", "SLURM_PROCID": "9", "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "2", "SLURM_NTASKS": "16", "SLURM_STEP_NUM_TASKS": "12",
+        "SLURM_STEP_NUM_NODES": "3", "SLURM_STEP_TASKS_PER_NODE": "4(x3)",
+        "SLURM_STEP_NODELIST": "nid[001002-001004]",
+        "SLURM_JOB_NODELIST": "nid[001001-001004]"}
+# srun --mpi=cray_shasta, Slurm 22.05: SchedMD/slurm src/plugins/mpi/cray_shasta/
+# mpi_cray_shasta.c at slurm-22-05-0-1 adds only these to srun's own.
+SRUN_CRAY_SHASTA_2205 = {**SRUN, "PALS_APID": "123456.0", "PALS_APINFO": "/var/spool/apinfo",
+                         "PALS_RANKID": "9", "PALS_NODEID": "2",
+                         "PALS_SPOOL_DIR": "/var/spool/123456.0", "PMI_CONTROL_PORT": "11000"}
+# ... from Slurm 23.02 (commit 0dbdbf9399 "PE-42785: Add new PALS/PMI environment
+# variables"): also PALS_LOCAL_RANKID and PMI_*; no PALS_LOCAL_SIZE.
+SRUN_CRAY_SHASTA = {**SRUN_CRAY_SHASTA_2205, "PALS_LOCAL_RANKID": "1", "PMI_JOBID": "123456",
+                    "PMI_LOCAL_RANK": "1", "PMI_LOCAL_SIZE": "4", "PMI_RANK": "9",
+                    "PMI_SIZE": "12", "PMI_UNIVERSE_SIZE": "12", "PMI_SHARED_SECRET": "42"}
+# HPE PALS mpiexec under PBS: the PALS_*/PMI_* names a PALS launch leaves in a task
+# (flux-framework/flux-coral2 src/shell/plugins/cray_pals.c, unset_pals_env) and the
+# PMI_RANK/PMI_LOCAL_RANK/PMI_LOCAL_SIZE NCAR's Derecho binding script reads after
+# `mpiexec -n N -ppn M` (NCAR/mpibind gpu_bind); PMI_SIZE as Slurm's PALS emulation sets it.
+PALS_MPIEXEC = {"PBS_JOBID": "4242.desched1", "PALS_APID": "c0ffee", "PALS_APINFO": "/a",
+                "PALS_DEPTH": "16", "PALS_NODEID": "2", "PALS_RANKID": "9",
+                "PALS_LOCAL_RANKID": "1", "PALS_SPOOL_DIR": "/var/run/palsd/c0ffee",
+                "PMI_CONTROL_PORT": "11000", "PMI_JOBID": "c0ffee", "PMI_RANK": "9",
+                "PMI_SIZE": "12", "PMI_LOCAL_RANK": "1", "PMI_LOCAL_SIZE": "4",
+                "PMI_SHARED_SECRET": "42"}
+# torchrun: docs.pytorch.org elastic/run.html "Environment Variables".
 TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
-            "MASTER_ADDR": "node1", "MASTER_PORT": "29400"}
+            "GROUP_RANK": "0", "ROLE_RANK": "1", "MASTER_ADDR": "node1", "MASTER_PORT": "29400",
+            "TORCHELASTIC_RUN_ID": "none"}
+SLURM = SRUN
 
 
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
-        (OPENMPI, Launch("openmpi", 3, 8, 1, 4)),
-        (MPICH, Launch("mpich", 5, 6, 2, 3)),
-        (PALS, Launch("pals", 7, 16, 3, None)),
-        (SLURM, Launch("slurm", 9, 10, 1, 4)),  # the step's task count, not the job's
+        (OPENMPI, Launch("openmpi", 9, 12, 1, 4)),
+        (MPICH, Launch("mpich", 9, 12, 1, 4)),
+        (SRUN, Launch("slurm", 9, 12, 1, 4)),  # the step's task count, not the job's
+        (SRUN_CRAY_SHASTA_2205, Launch("pals", 9, 12, 1, 4)),
+        (SRUN_CRAY_SHASTA, Launch("pals", 9, 12, 1, 4)),
+        (PALS_MPIEXEC, Launch("pals", 9, 12, 1, 4)),
         (TORCHRUN, Launch("torchrun", 1, 2, 1, 2, "node1", 29400)),
         ({}, Launch("single", 0, 1, 0, 1)),
     ],
-    ids=["openmpi", "mpich", "pals", "slurm", "torchrun", "none"],
+    ids=["openmpi", "mpich", "srun", "srun-cray_shasta-22.05", "srun-cray_shasta",
+         "pals-mpiexec", "torchrun", "none"],
 )
 def test_each_launcher_maps(env, expected):
     assert launch_from_env(env) == expected
+
+
+def test_pals_without_a_local_size_leaves_it_unknown():
+    """A PALS launch that gives no local size: the mapping does not invent one."""
+    env = {k: v for k, v in PALS_MPIEXEC.items() if k != "PMI_LOCAL_SIZE"}
+    assert launch_from_env(env) == Launch("pals", 9, 12, 1, None)
 
 
 def test_torchrun_inside_an_allocation_wins_over_slurm():
@@ -49,11 +94,14 @@ def test_torchrun_inside_an_allocation_wins_over_slurm():
 
 
 def test_mpirun_inside_an_allocation_wins_over_slurm():
-    assert launch_from_env({**SLURM, **OPENMPI}).rank == 3
+    # the batch step's SLURM_PROCID=0 reaches every rank mpirun starts
+    got = launch_from_env({**SLURM, "SLURM_PROCID": "0", **OPENMPI})
+    assert (got.launcher, got.rank) == ("openmpi", 9)
 
 
 def test_pals_is_not_mistaken_for_plain_pmi():
-    assert launch_from_env(PALS).launcher == "pals"
+    assert launch_from_env(PALS_MPIEXEC).launcher == "pals"
+    assert launch_from_env(SRUN_CRAY_SHASTA).launcher == "pals"
 
 
 def test_rank_without_size_is_an_error():
@@ -79,9 +127,25 @@ def test_first_slurm_host(nodelist, host):
 
 
 def test_fallback_rendezvous_from_slurm_is_the_same_on_every_rank():
-    env = {**SLURM, "SLURM_JOB_NODELIST": "nid[0040-0041]", "SLURM_JOB_ID": "123456"}
-    launch = launch_from_env(env)
-    assert fallback_rendezvous(launch, env) == ("nid0040", DEFAULT_PORT + 123456 % 20000)
+    """The step's first host (rank 0's), not the allocation's, and one port for all."""
+    port = DEFAULT_PORT + 123456 % 20000
+    for env in (SRUN, SRUN_CRAY_SHASTA_2205, SRUN_CRAY_SHASTA):
+        assert fallback_rendezvous(launch_from_env(env), env) == ("nid001002", port)
+
+
+def test_fallback_rendezvous_from_pbs_is_the_first_host_of_the_nodefile(tmp_path):
+    nodefile = tmp_path / "nodefile"
+    nodefile.write_text("dec0101.hsn.de.hpc.ucar.edu\n" * 4 + "dec0102.hsn.de.hpc.ucar.edu\n" * 4)
+    env = {**PALS_MPIEXEC, "PBS_NODEFILE": str(nodefile)}
+    addr, port = fallback_rendezvous(launch_from_env(env), env)
+    assert addr == "dec0101.hsn.de.hpc.ucar.edu" and port == DEFAULT_PORT
+
+
+def test_fallback_rendezvous_is_loopback_only_when_every_rank_is_here():
+    one_node = {**SRUN, "SLURM_STEP_NUM_TASKS": "4", "SLURM_PROCID": "1",
+                "SLURM_STEP_TASKS_PER_NODE": "4", "SLURM_STEP_NODELIST": "nid001002"}
+    assert fallback_rendezvous(launch_from_env(one_node), one_node)[0] == "127.0.0.1"
+    assert fallback_rendezvous(launch_from_env(SRUN), SRUN)[0] != "127.0.0.1"
 
 
 def test_fallback_rendezvous_without_any_hint_says_what_to_do():

@@ -28,6 +28,16 @@ CRAY_TORCH = gpu.TorchInfo(
                  "/opt/cray/pe/mpich/8.1.28/gtl/lib/libmpi_gtl_cuda.so.0"])
 
 
+def mapped_at(lib_dir: str, *libs: str) -> dict:
+    """What loading each plugin library from ``lib_dir`` maps (as :func:`nccl.resolve_plugin`
+    reports it): the library itself and a libfabric; a library not in ``libs`` is absent."""
+    fabric = "/opt/cray/libfabric/1.22.0/lib64/libfabric.so.1"
+    return {name: (nccl.Mapped(name, [f"{lib_dir}/{name}", fabric]) if name in libs else
+                   nccl.Mapped(name, error=f"{name}: cannot open shared object file: "
+                                           "No such file or directory"))
+            for name in dict.fromkeys(("libnccl-net.so", "libnccl-net-ofi.so", *libs))}
+
+
 def no_programs(argv, **_kwargs):
     return None
 
@@ -51,7 +61,7 @@ def cray_inputs(**env: str) -> doctor.Inputs:
         site=site_env.SiteExpectation("perlmutter", {"fabric": "slingshot", "gpu": {}},
                                       {"NCCL_NET": "AWS Libfabric"}),
         driver=gpu.DriverInfo(4, "12.2", True), probes=probes,
-        isfile={f"{plugin_dir}/libnccl-net.so", f"{plugin_dir}/libnccl-net-ofi.so"}.__contains__)
+        plugin_maps=mapped_at(plugin_dir, "libnccl-net.so", "libnccl-net-ofi.so"))
 
 
 def statuses(inputs: doctor.Inputs) -> dict[str, str]:
@@ -73,7 +83,10 @@ def test_healthy_cray_gpu_node_has_no_failure():
     ({"NCCL_SOCKET_IFNAME": "ib"}, "nccl.socket_ifname"),
 ])
 def test_one_bad_setting_fails_its_check(env, check):
-    got = statuses(cray_inputs(**env))
+    inputs = cray_inputs(**env)
+    if "LD_LIBRARY_PATH" in env:  # what the loader then maps is that directory's plugin
+        inputs.plugin_maps = mapped_at(env["LD_LIBRARY_PATH"], "libnccl-net.so")
+    got = statuses(inputs)
     assert got[check] == "FAIL", got
 
 
@@ -197,7 +210,7 @@ def test_compute_node_verbs_work_without_site_tooling_modules():
 def _plugin(version: str, *libs: str, **env: str):
     lib_dir = f"/sw/aws-ofi-nccl-{version}-x/lib"
     env = {"LD_LIBRARY_PATH": lib_dir, **env}
-    return env, nccl.find_plugin(env, isfile={f"{lib_dir}/{n}" for n in libs}.__contains__)
+    return env, nccl.plugin_from_maps(mapped_at(lib_dir, *libs))
 
 
 def _log(name: str) -> str:
@@ -252,10 +265,15 @@ def failure_catalogue() -> list:
         nccl.check_nccl_plugin(*_plugin("1.19.0"), True, 2),
         nccl.check_nccl_plugin(*_plugin("1.19.0", "libnccl-net.so",
                                         NCCL_NET="AWS Libfabric"), True, 1),
+        nccl.check_nccl_plugin({}, nccl.PluginInfo(errors={"libnccl-net.so": (
+            "libfabric.so.1: cannot open shared object file: No such file or directory")}),
+            True, 2),
         nccl.check_socket_ifname({"NCCL_SOCKET_IFNAME": "eth7"}, ["lo", "hsn0"]),
         nccl.check_nccl_network(_log("socket-fallback-hsn.log"), True, 2),
         nccl.check_nccl_network(_log("plugin-clash.log"), True, 2),
         nccl.check_nccl_network(_log("unhandled-system-error.log"), True, 2),
+        nccl.check_nccl_network(_log("plugin-provider-tcp.log"), True, 2),
+        nccl.check_nccl_network(_log("plugin-no-provider-line.log"), True, 2),
         nccl.check_nccl_interfaces(_log("docker0.log"), 2),
         nccl.check_nccl_interfaces(_log("plugin-bootstrap-virbr0.log"), 2),
         nccl.check_nccl_interfaces(_log("loopback.log"), 2),

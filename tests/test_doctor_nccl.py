@@ -23,12 +23,21 @@ def log(name: str) -> str:
     return (LOGS / name).read_text()
 
 
+def mapped_at(lib_dir: str, *libs: str) -> dict:
+    """What loading each plugin library from ``lib_dir`` maps (as :func:`nccl.resolve_plugin`
+    reports it): the library itself and a libfabric; a library not in ``libs`` is absent."""
+    fabric = "/opt/cray/libfabric/1.22.0/lib64/libfabric.so.1"
+    return {name: (nccl.Mapped(name, [f"{lib_dir}/{name}", fabric]) if name in libs else
+                   nccl.Mapped(name, error=f"{name}: cannot open shared object file: "
+                                           "No such file or directory"))
+            for name in dict.fromkeys(("libnccl-net.so", "libnccl-net-ofi.so", *libs))}
+
+
 def plugin_env(version: str, *libs: str, **env: str) -> tuple[dict, nccl.PluginInfo]:
     """An environment with the plugin's lib dir on LD_LIBRARY_PATH holding ``libs``."""
     lib_dir = PREFIX.format(v=version)
-    files = {f"{lib_dir}/{name}" for name in libs}
     env = {"LD_LIBRARY_PATH": f"{lib_dir}:/usr/local/lib", **env}
-    return env, nccl.find_plugin(env, isfile=files.__contains__)
+    return env, nccl.plugin_from_maps(mapped_at(lib_dir, *libs))
 
 
 def test_net_name_table_matches_the_recorded_plugin_sources():
@@ -39,14 +48,14 @@ def test_net_name_table_matches_the_recorded_plugin_sources():
         assert set(nccl.accepted_net_names(version)) == set(entry["accepted"]), entry
 
 
-def test_find_plugin_reads_version_from_the_install_prefix():
+def test_plugin_reads_version_from_the_install_prefix():
     _, plugin = plugin_env("1.19.0", "libnccl-net.so", "libnccl-net-ofi.so")
     assert plugin.version == (1, 19, 0)
     assert sorted(plugin.libraries) == ["libnccl-net-ofi.so", "libnccl-net.so"]
 
 
-def test_find_plugin_reads_version_from_the_log():
-    plugin = nccl.find_plugin({}, log("plugin-ofi.log"), isfile=lambda _p: False)
+def test_plugin_reads_version_from_the_log():
+    plugin = nccl.plugin_from_maps({}, log("plugin-ofi.log"))
     assert plugin.version == (1, 19, 0) and plugin.version_source == "NCCL log"
 
 
@@ -78,7 +87,7 @@ def test_plugin_rules_by_version(version, libs, env, status, words):
 
 def test_plugin_version_unknown_and_ofi_name_is_a_warning():
     env = {"NCCL_NET": "OFI", "LD_LIBRARY_PATH": "/opt/plugin/lib"}
-    plugin = nccl.find_plugin(env, isfile={"/opt/plugin/lib/libnccl-net.so"}.__contains__)
+    plugin = nccl.plugin_from_maps(mapped_at("/opt/plugin/lib", "libnccl-net.so"))
     assert plugin.version is None
     assert nccl.check_nccl_plugin(env, plugin, True, 2).status == WARN
 
@@ -130,6 +139,27 @@ def test_socket_ifname_unset_passes():
 def test_nccl_network_from_log(name, slingshot, nodes, status, words):
     check = nccl.check_nccl_network(log(name), slingshot, nodes)
     assert check.status == status and words in check.detail, check
+
+
+@pytest.mark.parametrize(("name", "slingshot", "status", "words"), [
+    # The plugin loaded, but libfabric picked tcp: the job runs over TCP/IP on Slingshot.
+    ("plugin-provider-tcp.log", True, FAIL, "provider tcp"),
+    ("plugin-provider-tcp.log", False, PASS, "provider tcp"),
+    ("plugin-ofi.log", True, PASS, "provider cxi"),
+    # v1.6.0 spells it "Selected Provider is" (NCAR's pair).
+    ("plugin-v1.6.0-cxi.log", True, PASS, "provider cxi"),
+    ("plugin-v1.6.0-sockets.log", True, FAIL, "provider sockets"),
+    # A log without the line cannot prove the path on Slingshot.
+    ("plugin-no-provider-line.log", True, WARN, "does not say which libfabric provider"),
+])
+def test_nccl_network_proves_the_cxi_provider(name, slingshot, status, words):
+    check = nccl.check_nccl_network(log(name), slingshot, 2)
+    assert check.status == status and words in check.detail, check
+
+
+def test_plugin_version_from_the_v1_6_0_log_line():
+    plugin = nccl.plugin_from_maps({}, log("plugin-v1.6.0-cxi.log"))
+    assert plugin.version == (1, 6, 0) and plugin.version_source == "NCCL log"
 
 
 def test_nccl_network_without_log_skips():

@@ -87,7 +87,7 @@ ALT_READ = {"FI_CXI_RDZV_PROTO": "alt_read"}
     ({**ALT_READ, "SLURM_JOB_ID": "7", "SLURM_NETWORK": "single,disable_rdzv_get"}, PASS, ""),
     ({**ALT_READ, "SLURM_JOB_ID": "7", "SLURM_NETWORK": "single"}, FAIL, "SLURM_NETWORK=single"),
     ({**ALT_READ, "SLURM_JOB_ID": "7"}, WARN, "SLURM_NETWORK is unset"),
-    ({**ALT_READ, "PBS_JOBID": "12.desched1"}, WARN, "--disable-rdzv-get"),
+    ({**ALT_READ, "PBS_JOBID": "12.desched1"}, WARN, "--disable_rdzv_get"),
     ({"FI_CXI_RDZV_PROTO": "default", "SLURM_JOB_ID": "7"}, PASS, "no setting"),
 ])
 def test_launcher_flags(env, status, words):
@@ -104,6 +104,20 @@ def test_launcher_rules_are_the_fabric_data():
     rules = site_env.launcher_rules()
     assert rules and [r.variable for r in rules] == [f["variable"] for f in
                                                       data["launcher_flags"]]
+
+
+def test_pbs_flag_is_hpes_spelling_everywhere():
+    """HPE spells the PBS flag with underscores: ``--disable_rdzv_get`` (HewlettPackard/
+    shs-ccl-docs ccl_env.sh, and nccl/nccl_tuning_guide.md since commit 93e21d2 "use
+    underscore in PBS Pro disable_rdzv_get flag").  The hyphenated form is in no source, so
+    neither the fabric data nor any doc may carry it."""
+    root = Path(__file__).resolve().parents[1]
+    assert [r.pbs_flag for r in site_env.launcher_rules()] == ["--disable_rdzv_get"]
+    files = [*root.glob("docs/*.md"), *root.glob("sites/*.yaml"), root / "README.md",
+             *(root / "wrapper" / "torchmpi").rglob("*.py"),
+             *(root / "wrapper" / "torchmpi" / "data").rglob("*.yaml")]
+    hyphen = "disable" + "-rdzv-get"
+    assert [str(f.relative_to(root)) for f in files if hyphen in f.read_text()] == []
 
 
 def test_every_rule_cites_its_source():

@@ -131,12 +131,35 @@ def combine_times(times: list[float], how: str) -> float:
     raise ValueError(f"unknown time operation {how!r} (use {', '.join(TIME_OPS)})")
 
 
-def _reduce_time(seconds: float, how: str, world: int, device: str) -> float:
+def no_wait() -> None:
+    """Nothing to wait for: the backend orders itself against the caller's stream."""
+
+
+def stream_wait(device: str, backend: str) -> Callable[[], None]:
+    """What must run before each collective so that it reads finished data.
+
+    ProcessGroupMPI hands a tensor's pointer to MPI on its own worker thread and
+    does not wait on the caller's CUDA stream (pytorch/pytorch#38642, open): a
+    collective issued right after a kernel can send what the kernel has not yet
+    written.  NCCL and gloo make their streams wait on the current one.  So CUDA
+    tensors over MPI need ``torch.cuda.synchronize()`` first; everything else
+    needs nothing.
+    """
+    if device == "cuda" and backend == "mpi":
+        import torch
+
+        return torch.cuda.synchronize
+    return no_wait
+
+
+def _reduce_time(seconds: float, how: str, world: int, device: str,
+                 ready: Callable[[], None] = no_wait) -> float:
     """Combine this rank's time with the others' (collective: every rank calls it)."""
     import torch
     import torch.distributed as dist
 
     value = torch.tensor([seconds], dtype=torch.float64, device=device)
+    ready()
     if how == "rank0":
         dist.broadcast(value, src=0)
         return float(value.item())
@@ -147,11 +170,14 @@ def _reduce_time(seconds: float, how: str, world: int, device: str) -> float:
 
 def run_sizes(sizes: list[int], *, device: str, dtype_name: str = "float32",
               warmup: int = 5, iters: int = 20, time_op: str = "avg",
-              on_result: Callable[[Result], None] | None = None) -> list[Result]:
+              on_result: Callable[[Result], None] | None = None,
+              ready: Callable[[], None] | None = None) -> list[Result]:
     """Verify and time ``all_reduce`` for each size on the initialised default group.
 
     ``on_result`` is called as each size completes (nccl-tests prints a row at a
-    time, so a hang shows which size it hit).
+    time, so a hang shows which size it hit).  ``ready`` runs before every
+    collective (default :func:`stream_wait` for this device and backend), the
+    timed ones included: a correct MPI+CUDA training step pays that wait too.
     """
     import torch
     import torch.distributed as dist
@@ -159,29 +185,37 @@ def run_sizes(sizes: list[int], *, device: str, dtype_name: str = "float32",
     dtype = getattr(torch, dtype_name)
     elem = torch.tensor([], dtype=dtype).element_size()
     rank, world = dist.get_rank(), dist.get_world_size()
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    if ready is None:
+        ready = stream_wait(device, str(dist.get_backend()))
+    finish = torch.cuda.synchronize if device == "cuda" else no_wait  # for the clock
     results = []
     for size in sizes:
         count = max(1, size // elem)
         nbytes = count * elem
         buf = pattern(count, rank, torch, dtype, device)
+        ready()
         dist.all_reduce(buf)
         wrong = torch.tensor(
             [0 if torch.equal(buf, expected_sum(count, world, torch, dtype, device)) else 1],
             dtype=torch.int32, device=device,
         )
+        ready()
         dist.all_reduce(wrong)
         # Zeros keep the timed in-place sums finite however many iterations run.
         buf.zero_()
         for _ in range(warmup):
+            ready()
             dist.all_reduce(buf)
-        sync()
+        finish()
+        ready()
         dist.barrier()
         start = time.perf_counter()
         for _ in range(iters):
+            ready()
             dist.all_reduce(buf)
-        sync()
-        seconds = _reduce_time((time.perf_counter() - start) / iters, time_op, world, device)
+        finish()
+        seconds = _reduce_time((time.perf_counter() - start) / iters, time_op, world, device,
+                               ready)
         algbw = nbytes / seconds / 1e9 if seconds > 0 else 0.0
         result = Result(nbytes, count, dtype_name, seconds * 1e6, algbw,
                         bus_bandwidth(algbw, world), int(wrong.item()))

@@ -71,23 +71,43 @@ def _first(env: Mapping[str, str], *names: str) -> int | None:
     return None
 
 
-# Each launcher: (name, rank vars, size vars, local-rank vars, local-size vars).
+# Each launcher: (name, rank vars, size vars, local-rank vars, local-size vars),
+# each list in the order tried, every name one that the launcher's source sets:
+#
+# * torchrun -- docs.pytorch.org elastic/run.html, "Environment Variables".
+# * openmpi -- Open MPI mpirun: docs.open-mpi.org (v5.0.x) tuning-apps/environment-var.
+# * pals -- HPE PALS, two launchers:
+#   - ``mpiexec`` under PBS: PALS_RANKID, PALS_LOCAL_RANKID, PALS_NODEID, ... and
+#     PMI_RANK, PMI_SIZE, PMI_LOCAL_RANK, PMI_LOCAL_SIZE (NCAR/mpibind gpu_bind reads
+#     PMI_LOCAL_RANK/PMI_LOCAL_SIZE after PALS mpiexec; flux-framework/flux-coral2
+#     src/shell/plugins/cray_pals.c lists the PALS_* and PMI_* names a PALS launch leaves,
+#     PALS_LOCAL_SIZE among them);
+#   - ``srun --mpi=cray_shasta`` (SchedMD/slurm src/plugins/mpi/cray_shasta/
+#     mpi_cray_shasta.c): PALS_APID, PALS_APINFO, PALS_RANKID, PALS_NODEID, PALS_SPOOL_DIR
+#     only, through Slurm 22.05; from 23.02 (commit 0dbdbf9399) also PALS_LOCAL_RANKID,
+#     PMI_RANK, PMI_SIZE, PMI_LOCAL_RANK, PMI_LOCAL_SIZE -- never PALS_LOCAL_SIZE.  srun's
+#     own SLURM_* variables are there too, so they stand in where the plugin is silent.
+# * mpich -- MPICH hydra: pmodels/mpich src/pm/hydra/proxy/pmip_cb.c (PMI_RANK, PMI_SIZE,
+#   MPI_LOCALRANKID, MPI_LOCALNRANKS).
+# * slurm -- srun, any --mpi: SchedMD/slurm doc/man/man1/srun.1, "OUTPUT ENVIRONMENT
+#   VARIABLES"; inside a step SLURM_STEP_NUM_TASKS is the step's, SLURM_NTASKS the job's.
+#
 # Order matters.  torchrun comes first because it is often started *by* mpirun
 # or inside an sbatch script, where the outer variables describe the wrong
 # level.  MPI launchers come before Slurm because ``mpirun`` inside an
 # allocation inherits the batch step's SLURM_PROCID=0 on every rank.  PALS sets
 # PMI_RANK as well, so it is checked before plain PMI (MPICH hydra).
+_SLURM_SIZE = ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
 _LAUNCHERS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]],
                   ...] = (
     ("torchrun", ("RANK",), ("WORLD_SIZE",), ("LOCAL_RANK",), ("LOCAL_WORLD_SIZE",)),
     ("openmpi", ("OMPI_COMM_WORLD_RANK",), ("OMPI_COMM_WORLD_SIZE",),
      ("OMPI_COMM_WORLD_LOCAL_RANK",), ("OMPI_COMM_WORLD_LOCAL_SIZE",)),
-    ("pals", ("PALS_RANKID",), ("PMI_SIZE", "PALS_SIZE"), ("PALS_LOCAL_RANKID",),
-     ("PALS_LOCAL_SIZE",)),
-    ("mpich", ("PMI_RANK",), ("PMI_SIZE",), ("MPI_LOCALRANKID", "PMI_LOCAL_RANK"),
-     ("MPI_LOCALNRANKS", "PMI_LOCAL_SIZE")),
-    # Inside a step srun sets SLURM_STEP_NUM_TASKS; SLURM_NTASKS is the job's.
-    ("slurm", ("SLURM_PROCID",), ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"), ("SLURM_LOCALID",),
+    ("pals", ("PALS_RANKID",), ("PMI_SIZE", *_SLURM_SIZE),
+     ("PALS_LOCAL_RANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"),
+     ("PMI_LOCAL_SIZE", "PALS_LOCAL_SIZE", "SLURM_STEP_TASKS_PER_NODE")),
+    ("mpich", ("PMI_RANK",), ("PMI_SIZE",), ("MPI_LOCALRANKID",), ("MPI_LOCALNRANKS",)),
+    ("slurm", ("SLURM_PROCID",), _SLURM_SIZE, ("SLURM_LOCALID",),
      ("SLURM_STEP_TASKS_PER_NODE",)),
 )
 
@@ -111,7 +131,7 @@ def launch_from_env(env: Mapping[str, str]) -> Launch:
                 f"cannot tell the number of ranks for a {name} launch"
             )
         local = _first(env, *local_vars)
-        local_size = _local_size(env, name, local_size_vars)
+        local_size = _local_size(env, local_size_vars)
         if not 0 <= rank < size:
             raise LaunchError(f"{name} launch: rank {rank} is outside 0..{size - 1}")
         return Launch(
@@ -130,14 +150,18 @@ def launch_from_env(env: Mapping[str, str]) -> Launch:
     )
 
 
-def _local_size(env: Mapping[str, str], launcher: str, names: tuple[str, ...]) -> int | None:
-    if launcher == "slurm":
-        # "4(x2)" or "4,2" -- the first number is this node's when nodes are
-        # uniform; when they are not we do not guess.
-        value = env.get(names[0], "")
-        match = re.fullmatch(r"(\d+)(\(x\d+\))?", value.strip())
-        return int(match.group(1)) if match else None
-    return _first(env, *names)
+def _local_size(env: Mapping[str, str], names: tuple[str, ...]) -> int | None:
+    """The first of ``names`` that is set; Slurm's tasks-per-node lists parsed."""
+    for name in names:
+        if not env.get(name, "").strip():
+            continue
+        if name.endswith("TASKS_PER_NODE"):
+            # "4(x2)" or "4,2" -- the first number is this node's when nodes are
+            # uniform; when they are not we do not guess.
+            match = re.fullmatch(r"(\d+)(\(x\d+\))?", env[name].strip())
+            return int(match.group(1)) if match else None
+        return _int(env, name)
+    return None
 
 
 def first_slurm_host(nodelist: str) -> str | None:
@@ -152,20 +176,37 @@ def first_slurm_host(nodelist: str) -> str | None:
     return prefix + first
 
 
-def fallback_rendezvous(launch: Launch, env: Mapping[str, str]) -> tuple[str, int]:
-    """Master address and port without MPI: from the environment, Slurm, or loopback.
+def first_job_host(env: Mapping[str, str]) -> str | None:
+    """Rank 0's host as the launcher lists it: the step's first node under srun
+    (``SLURM_STEP_NODELIST``, then ``SLURM_JOB_NODELIST``), the first line of
+    ``PBS_NODEFILE`` under PBS (PALS mpiexec places ranks in nodefile order)."""
+    for name in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"):
+        if env.get(name):
+            return first_slurm_host(env[name])
+    nodefile = env.get("PBS_NODEFILE")
+    if nodefile:
+        try:
+            with open(nodefile) as handle:
+                return next((line.strip() for line in handle if line.strip()), None)
+        except OSError:
+            return None
+    return None
 
-    Used when mpi4py is unavailable.  Raises :class:`LaunchError` with the fix
-    when a multi-rank job gives no way to find rank 0.
+
+def fallback_rendezvous(launch: Launch, env: Mapping[str, str]) -> tuple[str, int]:
+    """Master address and port without MPI: from the environment, the job's first host,
+    or loopback when every rank is on this node.
+
+    Every rank computes the same answer without communicating.  Used when mpi4py is
+    unavailable.  Raises :class:`LaunchError` with the fix when a multi-rank job gives
+    no way to find rank 0.
     """
     addr = launch.master_addr
     port = launch.master_port
-    if addr is None and launch.world_size == 1:
-        addr = "127.0.0.1"
-    if addr is None and env.get("SLURM_JOB_NODELIST"):
-        addr = first_slurm_host(env["SLURM_JOB_NODELIST"])
-    if addr is None and launch.local_world_size == launch.world_size:
+    if addr is None and launch.world_size in (1, launch.local_world_size):
         addr = "127.0.0.1"  # every rank is on this node
+    if addr is None:
+        addr = first_job_host(env)
     if addr is None:
         raise LaunchError(
             f"{launch.launcher} launch of {launch.world_size} ranks: cannot find rank 0's "

@@ -120,7 +120,9 @@ def openmpi_cuda_support(ompi_info_all: str) -> bool | None:
     return None if match is None else match.group(1) == "true"
 
 
-def check_openmpi_cuda_aware(mpi: MpiInfo, runner: Runner, gpu_count: int) -> Check:
+def check_openmpi_cuda_aware(mpi: MpiInfo, runner: Runner, gpu_count: int,
+                             design: str | None = None) -> Check:
+    """Open MPI's CUDA support; not a failure where ``design`` routes CUDA tensors via NCCL."""
     name = "mpi.cuda_aware"
     if mpi.kind != "openmpi":
         return Check(name, SKIP, "not Open MPI (see mpi.cray_gpu for Cray MPICH)")
@@ -134,6 +136,8 @@ def check_openmpi_cuda_aware(mpi: MpiInfo, runner: Runner, gpu_count: int) -> Ch
     detail = ("Open MPI is not CUDA-aware (mpi_built_with_cuda_support=false): "
               "CUDA tensors over the MPI backend will be rejected")
     fix = "use the site's openmpi-cuda (Open MPI +cuda), or NCCL for CUDA tensors"
+    if design:
+        return Check(name, PASS, f"Open MPI is not CUDA-aware, as designed: {design}")
     return Check(name, FAIL if gpu_count else WARN,
                  detail if gpu_count else detail + "; fine for CPU tensors", fix)
 

@@ -24,10 +24,11 @@ from __future__ import annotations
 import os
 import re
 import socket
-from collections.abc import Callable, Iterable, Mapping
+import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from torchmpi.doctor.core import FAIL, PASS, SKIP, WARN, Check, version_tuple
+from torchmpi.doctor.core import FAIL, PASS, SKIP, WARN, Check, Runner, version_tuple
 
 #: (first release, names it answers to as NCCL_NET).  A range runs to the next entry.
 PLUGIN_NET_NAMES: tuple[tuple[tuple[int, ...], tuple[str, ...]], ...] = (
@@ -39,9 +40,6 @@ PLUGIN_OFI_LIBRARY = (1, 15, 0)
 #: [first, last] releases with the Slingshot shutdown-ordering bug.
 SLINGSHOT_BAD_PLUGINS = ((1, 14, 0), (1, 17, 1))
 _PLUGIN_NAMES = {name for _, names in PLUGIN_NET_NAMES for name in names}
-#: Where dlopen looks after LD_LIBRARY_PATH (ld.so(8)), for plugin libraries.
-_SYSTEM_LIB_DIRS = ("/lib64", "/usr/lib64", "/lib", "/usr/lib", "/usr/lib/x86_64-linux-gnu",
-                    "/usr/lib/aarch64-linux-gnu")
 
 
 def accepted_net_names(version: tuple[int, ...]) -> tuple[str, ...]:
@@ -59,38 +57,109 @@ def _fmt(version: tuple[int, ...]) -> str:
 
 @dataclass
 class PluginInfo:
-    """The NCCL net plugin libraries this job would load, and the plugin's release."""
+    """The NCCL net plugin libraries this job maps, the libfabric they bring, and the release."""
 
-    libraries: dict[str, str] = field(default_factory=dict)  # file name -> path
+    libraries: dict[str, str] = field(default_factory=dict)  # name asked for -> path mapped
     version: tuple[int, ...] | None = None
     version_source: str = ""
+    libfabric: str = ""  # the libfabric.so the plugin mapped ("" if none)
+    errors: dict[str, str] = field(default_factory=dict)  # name -> dlopen's error
 
 
-def find_plugin(env: Mapping[str, str], log_text: str | None = None,
-                isfile: Callable[[str], bool] = os.path.isfile) -> PluginInfo:
-    """Look for ``libnccl-net*.so`` where dlopen would, and for the plugin's version."""
-    info = PluginInfo()
-    dirs = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d] + list(_SYSTEM_LIB_DIRS)
+@dataclass
+class Mapped:
+    """What a child mapped when it dlopen()ed one name: new files, or dlopen's error."""
+
+    name: str
+    paths: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+MAP_MARK = "TORCHMPI-MAP"
+
+#: Loads one library the way NCCL loads its net plugin (dlopen of the bare name, so
+#: LD_LIBRARY_PATH, RUNPATH and ld.so.cache all count) and prints the files that load
+#: added to /proc/self/maps: the real paths, symlinks resolved by the kernel.
+#: RTLD_LAZY: symbols the plugin takes from NCCL at run time must not fail the load.
+_MAP_SCRIPT = """
+import ctypes, os, sys
+def maps():
+    with open('/proc/self/maps') as handle:
+        return {p[5].strip() for p in (line.split(None, 5) for line in handle)
+                if len(p) == 6 and p[5].startswith('/')}
+name = sys.argv[1]
+before = maps()
+try:
+    ctypes.CDLL(name, mode=os.RTLD_LAZY | os.RTLD_LOCAL)
+except OSError as err:
+    print('@M@\terror\t' + str(err).replace(chr(10), ' '))
+else:
+    for path in sorted(maps() - before):
+        print('@M@\tmapped\t' + path)
+""".replace("@M@", MAP_MARK)
+
+
+def plugin_names(env: Mapping[str, str]) -> list[str]:
+    """The libraries NCCL would dlopen as its net plugin, given NCCL_NET_PLUGIN."""
     wanted = ["libnccl-net.so", "libnccl-net-ofi.so"]
     plugin = env.get("NCCL_NET_PLUGIN", "").strip()
     if plugin:
-        wanted += [plugin, f"libnccl-net-{plugin}.so"]
-    for name in dict.fromkeys(wanted):
-        if "/" in name:
-            if isfile(name):
-                info.libraries[os.path.basename(name)] = name
+        wanted += [plugin] if "/" in plugin or plugin.endswith(".so") else []
+        wanted += [f"libnccl-net-{plugin}.so"] if "/" not in plugin else []
+    return list(dict.fromkeys(wanted))
+
+
+def load_in_child(name: str, env: Mapping[str, str], runner: Runner) -> Mapped:
+    """dlopen ``name`` in a child with the job's environment; what it mapped, or why not."""
+    result = runner([sys.executable, "-c", _MAP_SCRIPT, name], env=env)
+    if result is None:
+        return Mapped(name, error="could not start a python child to load it")
+    found = Mapped(name)
+    for line in result.stdout.splitlines():
+        parts = line.split("\t", 2)
+        if len(parts) == 3 and parts[0] == MAP_MARK:
+            if parts[1] == "mapped":
+                found.paths.append(parts[2].removesuffix(" (deleted)"))
+            else:
+                found.error = parts[2]
+    if not found.paths and not found.error:
+        found.error = f"the loader child printed nothing (exit {result.returncode})"
+    return found
+
+
+def resolve_plugin(env: Mapping[str, str], runner: Runner) -> dict[str, Mapped]:
+    """Load every plugin name in its own child (one shared file must not hide another)."""
+    return {name: load_in_child(name, env, runner) for name in plugin_names(env)}
+
+
+def _absent(name: str, error: str) -> bool:
+    """dlopen's error says the library itself is nowhere (not one of its dependencies)."""
+    return error.startswith(f"{name}:") and "No such file" in error
+
+
+def plugin_from_maps(maps: Mapping[str, Mapped], log_text: str | None = None) -> PluginInfo:
+    """The plugin libraries, their libfabric and the release, from what children mapped."""
+    info = PluginInfo()
+    for name, mapped in maps.items():
+        key = os.path.basename(name) if "/" in name else name
+        if mapped.error:
+            if not _absent(name, mapped.error):
+                info.errors[key] = mapped.error
             continue
-        for d in dirs:
-            if isfile(os.path.join(d, name)):
-                info.libraries.setdefault(name, os.path.join(d, name))
-                break
+        own = [p for p in mapped.paths
+               if os.path.basename(p).startswith(("libnccl-net", os.path.basename(name)))]
+        if own or mapped.paths:
+            info.libraries[key] = (own or mapped.paths)[0]
+        fabric = [p for p in mapped.paths if re.match(r"libfabric\.so", os.path.basename(p))]
+        if fabric and not info.libfabric:
+            info.libfabric = fabric[0]
     for path in info.libraries.values():
         match = re.search(r"aws-ofi-nccl[-_@/]v?(\d+\.\d+\.\d+)", path)
         if match:
             info.version, info.version_source = version_tuple(match.group(1)), path
             break
     if info.version is None and log_text:
-        match = re.search(r"Initializing aws-ofi-nccl v?(\d+\.\d+\.\d+)", log_text)
+        match = re.search(r"(?:Initializing|Using) aws-ofi-nccl v?(\d+\.\d+\.\d+)", log_text)
         if match:
             info.version, info.version_source = version_tuple(match.group(1)), "NCCL log"
     return info
@@ -112,7 +181,7 @@ def check_nccl_plugin(env: Mapping[str, str], plugin: PluginInfo, slingshot: boo
                      f"{_fmt(PLUGIN_OFI_LIBRARY)})"
                      if wanted == "ofi" and version and version < PLUGIN_OFI_LIBRARY else "")
             return Check(name, FAIL,
-                         f"NCCL_NET_PLUGIN={wanted} but no {lib} on LD_LIBRARY_PATH: NCCL logs "
+                         f"NCCL_NET_PLUGIN={wanted} but no {lib} loads here: NCCL logs "
                          f"'NET/Plugin: Could not find: {wanted} {lib}'{since}",
                          "unset NCCL_NET_PLUGIN (NCCL then loads libnccl-net.so) or load "
                          "aws-ofi-nccl >= 1.15")
@@ -121,12 +190,15 @@ def check_nccl_plugin(env: Mapping[str, str], plugin: PluginInfo, slingshot: boo
                      f"{shown} has the shutdown-ordering bug on Slingshot fixed in 1.17.2 "
                      "(aws-ofi-nccl v1.17.2 RELEASENOTES.md)",
                      "use aws-ofi-nccl 1.17.2 or later (the site's nccl-ss11 pairs)")
+    broken = "; ".join(f"{lib} does not load: {err}" for lib, err in plugin.errors.items())
     if net in _PLUGIN_NAMES:
         if not plugin.libraries:
+            seen = broken or "no libnccl-net.so that the loader finds"
             return Check(name, FAIL,
-                         f"NCCL_NET={net} but no libnccl-net.so on LD_LIBRARY_PATH: NCCL stops "
+                         f"NCCL_NET={net} but {seen}: NCCL stops "
                          f"with 'Error: network {net} not found'",
-                         "load the site's aws-ofi-nccl (its lib dir on LD_LIBRARY_PATH)")
+                         "load the site's aws-ofi-nccl (its lib dir on LD_LIBRARY_PATH) and "
+                         "the libfabric it was built with")
         if version and net not in accepted_net_names(version):
             return Check(name, FAIL,
                          f"NCCL_NET={net}, but {shown} registers only as "
@@ -144,13 +216,16 @@ def check_nccl_plugin(env: Mapping[str, str], plugin: PluginInfo, slingshot: boo
                          "export NCCL_NET='AWS Libfabric' (every plugin release answers to it)")
     if slingshot and not plugin.libraries:
         status = WARN if nodes == 1 else FAIL
+        seen = broken or "no aws-ofi-nccl plugin (libnccl-net.so) that the loader finds"
         return Check(name, status,
-                     "no aws-ofi-nccl plugin (libnccl-net.so) on LD_LIBRARY_PATH: NCCL uses "
-                     "TCP sockets between nodes on Slingshot",
-                     "load the site's aws-ofi-nccl (module load py-torch-mpi loads it)")
-    libs = ", ".join(sorted(plugin.libraries)) or "no net plugin"
+                     f"{seen}: NCCL uses TCP sockets between nodes on Slingshot",
+                     "load the site's aws-ofi-nccl and its libfabric (module load py-torch-mpi "
+                     "loads them)")
+    libs = ", ".join(f"{lib} -> {path}" for lib, path in sorted(plugin.libraries.items()))
+    fabric = f"; libfabric {plugin.libfabric}" if plugin.libfabric else ""
     return Check(name, PASS, f"NCCL_NET={net or '(unset)'}, "
-                             f"NCCL_NET_PLUGIN={wanted or '(unset)'}; {libs}"
+                             f"NCCL_NET_PLUGIN={wanted or '(unset)'}; "
+                             f"{libs or 'no net plugin'}{fabric}"
                              + (f" ({shown})" if plugin.libraries else ""))
 
 
@@ -232,6 +307,13 @@ class NcclLog:
     bootstrap: list[str] = field(default_factory=list)  # "Bootstrap : Using <if>:..."
     socket_interfaces: list[str] = field(default_factory=list)  # "NET/Socket : Using [0]<if>"
     system_error: bool = False
+    provider: str | None = None  # aws-ofi-nccl's "Selected provider is <p>"
+
+
+#: aws-ofi-nccl's provider line: "NET/OFI Selected Provider is %s (found %d nics)" through
+#: v1.13.x (src/nccl_ofi_net.c at v1.6.0, v1.13.0-aws), "NET/OFI Selected provider is %s,
+#: fabric is %s (found %d nics)" from v1.14.0 (commit 06e8db33; src/nccl_ofi_net.cpp).
+_PROVIDER_LINE = re.compile(r"NET/OFI Selected [Pp]rovider is ([^,\s]+)")
 
 
 def parse_nccl_log(text: str) -> NcclLog:
@@ -252,6 +334,8 @@ def parse_nccl_log(text: str) -> NcclLog:
             log.socket_interfaces += re.findall(r"\[\d+\]([^:\s<]+):", line)
         if "unhandled system error" in line:
             log.system_error = True
+        if m := _PROVIDER_LINE.search(line):
+            log.provider = m.group(1)
     log.bootstrap = list(dict.fromkeys(log.bootstrap))
     log.socket_interfaces = list(dict.fromkeys(log.socket_interfaces))
     return log
@@ -287,8 +371,22 @@ def check_nccl_network(log_text: str | None, slingshot: bool, nodes: int | None 
         return Check(name, WARN, f"NCCL uses TCP sockets{missing}",
                      "fine for one node or Ethernet; on IB/Slingshot load the network plugin")
     if log.network in _LOG_PLUGIN_NETS or log.plugin_loaded:
-        return Check(name, PASS, f"NCCL uses network {log.network} "
-                                 f"(plugin {log.plugin_loaded or 'loaded'})")
+        provider = f", libfabric provider {log.provider}" if log.provider else ""
+        via = f"NCCL uses network {log.network} (plugin {log.plugin_loaded or 'loaded'}{provider})"
+        if slingshot and log.provider and log.provider != "cxi":
+            return Check(name, FAIL,
+                         f"{via}: on Slingshot only the cxi provider drives the NIC's "
+                         f"RDMA, {log.provider} does not",
+                         "put the site's libfabric (the one with the cxi provider, e.g. "
+                         "/opt/cray/libfabric) first on LD_LIBRARY_PATH; FI_PROVIDER=cxi "
+                         "makes a libfabric without cxi fail instead of falling back")
+        if slingshot and not log.provider:
+            return Check(name, WARN,
+                         f"{via}; the log does not say which libfabric provider the plugin "
+                         "selected",
+                         "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET and look for "
+                         "'NET/OFI Selected provider is cxi'")
+        return Check(name, PASS, via)
     if slingshot:
         return Check(name, WARN, f"NCCL uses network {log.network}, not the OFI plugin",
                      "on Slingshot set NCCL_NET='AWS Libfabric'")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 from torchmpi.doctor.core import FAIL, PASS, SKIP, Check, CommandResult, Runner
 from torchmpi.doctor.gpu import TorchInfo
@@ -36,6 +37,8 @@ else:
     dist.init_process_group(backend, init_method='tcp://127.0.0.1:%d' % _free_port(),
                             rank=0, world_size=1)
 t = torch.full((4,), 3.0, device=device)
+if device == 'cuda':
+    torch.cuda.synchronize()  # ProcessGroupMPI does not wait on the stream (pytorch#38642)
 dist.all_reduce(t)
 if device == 'cuda':
     torch.cuda.synchronize()
@@ -104,8 +107,39 @@ def judge(name: str, result: CommandResult | None) -> Check:
                  hint or "see docs/troubleshooting.md for this message")
 
 
-def skip_reason(info: TorchInfo, backend: str, device: str) -> str | None:
-    """Why this probe cannot run here (None: it can)."""
+#: Cray MPICH's switch for device buffers (HPE Cray PE intro_mpi man page).
+GPU_SWITCH = "MPICH_GPU_SUPPORT_ENABLED"
+
+
+def cuda_over_mpi_off(env: Mapping[str, str], site_data: Mapping[str, Any] | None,
+                      mpi_kind: str | None) -> str | None:
+    """Why this job routes CUDA tensors through NCCL, not MPI, by design (None: it does not).
+
+    A site may keep MPI for CPU tensors on purpose: CSCS disables GPU support in
+    MPICH for PyTorch because, with NCCL, it "can lead to deadlocks"
+    (eth-cscs/cscs-docs docs/software/ml/pytorch.md), which a site file says with
+    ``mpi.cuda_aware: false``; a Cray MPICH job says it with the switch at 0.  A
+    CUDA-tensor probe over MPI then proves nothing and must not fail the report:
+    whether the switch matches GTL is mpi.cray_gpu's verdict.
+    """
+    mpi = (site_data or {}).get("mpi")
+    if isinstance(mpi, Mapping) and mpi.get("cuda_aware") is False:
+        return ("the site routes CUDA tensors through NCCL (mpi.cuda_aware: false), "
+                "so MPI carries only CPU tensors")
+    if mpi_kind in ("cray-mpich", "mpich") and env.get(GPU_SWITCH) == "0":
+        return (f"{GPU_SWITCH}=0 in this job: MPI carries only CPU tensors, NCCL the CUDA "
+                "ones (see mpi.cray_gpu)")
+    return None
+
+
+def skip_reason(info: TorchInfo, backend: str, device: str, design: str | None = None
+                ) -> str | None:
+    """Why this probe cannot or need not run here (None: it runs).
+
+    ``design`` is :func:`cuda_over_mpi_off`'s answer for this job.
+    """
+    if backend == "mpi" and device == "cuda" and design:
+        return design
     if info.import_error:
         return "torch does not import"
     if not getattr(info, backend):
@@ -123,9 +157,9 @@ def run_probe(runner: Runner, env: Mapping[str, str], backend: str, device: str,
 
 
 def probe_check(name: str, info: TorchInfo, backend: str, device: str,
-                result: CommandResult | None) -> Check:
+                result: CommandResult | None, design: str | None = None) -> Check:
     """SKIP with the reason, or the verdict on ``result``."""
-    reason = skip_reason(info, backend, device)
+    reason = skip_reason(info, backend, device, design)
     if reason:
         return Check(name, SKIP, reason)
     return judge(name, result)
@@ -144,13 +178,17 @@ def probe_device(info: TorchInfo, device: str | None) -> str:
     return device or ("cuda" if info.gpu_count else "cpu")
 
 
-def run_all(info: TorchInfo, runner: Runner, env: Mapping[str, str]
-            ) -> dict[str, CommandResult | None]:
-    """Run every probe that can run here; NCCL's with NCCL_DEBUG=INFO (its log is kept)."""
+def run_all(info: TorchInfo, runner: Runner, env: Mapping[str, str],
+            design: str | None = None) -> dict[str, CommandResult | None]:
+    """Run every probe that can run here; NCCL's with NCCL_DEBUG=INFO (its log is kept).
+
+    With ``design`` (CUDA tensors go through NCCL) the CUDA-over-MPI probe is not
+    started: on Cray MPICH without GTL it could only abort or crash.
+    """
     results: dict[str, CommandResult | None] = {}
     for name, backend, device in PROBES:
         device = probe_device(info, device)
-        if skip_reason(info, backend, device):
+        if skip_reason(info, backend, device, design):
             continue
         extra = ({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
                  if backend == "nccl" else {})
@@ -158,8 +196,8 @@ def run_all(info: TorchInfo, runner: Runner, env: Mapping[str, str]
     return results
 
 
-def probe_checks(info: TorchInfo, results: Mapping[str, CommandResult | None] | None
-                 ) -> list[Check]:
+def probe_checks(info: TorchInfo, results: Mapping[str, CommandResult | None] | None,
+                 design: str | None = None) -> list[Check]:
     """One check per probe; ``results=None`` means probing was switched off."""
     checks = []
     for name, backend, device in PROBES:
@@ -167,5 +205,5 @@ def probe_checks(info: TorchInfo, results: Mapping[str, CommandResult | None] | 
         if results is None:
             checks.append(Check(name, SKIP, "probes off (--no-probe)"))
         else:
-            checks.append(probe_check(name, info, backend, device, results.get(name)))
+            checks.append(probe_check(name, info, backend, device, results.get(name), design))
     return checks

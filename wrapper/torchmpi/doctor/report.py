@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -30,7 +30,8 @@ class Inputs:
     site: site_env.SiteExpectation | None = None
     driver: gpu.DriverInfo | None = None
     probes: Mapping[str, CommandResult | None] | None = None  # None: probing off
-    isfile: Callable[[str], bool] = os.path.isfile  # where the plugin lookup looks
+    #: what a child mapped loading each plugin name (:func:`nccl.resolve_plugin`)
+    plugin_maps: Mapping[str, nccl.Mapped] | None = None
 
 
 def torch_ldd(info: gpu.TorchInfo, runner: Runner) -> str:
@@ -53,9 +54,14 @@ def gather(site: str | None = None, nccl_log: str | None = None, run_probes: boo
     env = dict(os.environ)
     inputs = Inputs(torch=info, env=env, runner=runner, interfaces=nccl.local_interfaces(),
                     torch_ldd=torch_ldd(info, runner), nccl_log=log_text, site=expectation,
-                    driver=gpu.probe_driver(runner))
+                    driver=gpu.probe_driver(runner),
+                    plugin_maps=nccl.resolve_plugin(env, runner) if info.nccl else None)
     if run_probes:
-        inputs.probes = probe.run_all(info, runner, env)
+        kind = (mpi.classify_libraries(info.loaded_libs) or (None,))[0]
+        if kind is None and (env.get("CRAY_MPICH_VERSION") or env.get("CRAY_MPICH_DIR")):
+            kind = "cray-mpich"
+        design = probe.cuda_over_mpi_off(env, expectation.data if expectation else None, kind)
+        inputs.probes = probe.run_all(info, runner, env, design)
         nccl_run = inputs.probes.get("probe.nccl")
         if inputs.nccl_log is None and nccl_run is not None:
             inputs.nccl_log = nccl_run.stdout
@@ -68,8 +74,9 @@ def run_checks(inputs: Inputs) -> list[Check]:
     nodes = core.job_nodes(env)
     slingshot = nccl.on_slingshot(site_data, inputs.interfaces)
     found = mpi.identify_mpi(inputs.runner, env, inputs.torch_ldd, info.loaded_libs)
-    plugin = nccl.find_plugin(env, inputs.nccl_log, inputs.isfile)
+    plugin = nccl.plugin_from_maps(inputs.plugin_maps or {}, inputs.nccl_log)
     gpu_site = isinstance((site_data or {}).get("gpu"), dict)
+    design = probe.cuda_over_mpi_off(env, site_data, found.kind)
     return [
         gpu.check_torch(info),
         gpu.check_backend_mpi(info),
@@ -77,9 +84,9 @@ def run_checks(inputs: Inputs) -> list[Check]:
         gpu.check_backend_gloo(info),
         gpu.check_gpu(info, inputs.driver or gpu.DriverInfo(), gpu_site),
         mpi.check_mpi_implementation(found),
-        mpi.check_openmpi_cuda_aware(found, inputs.runner, info.gpu_count),
+        mpi.check_openmpi_cuda_aware(found, inputs.runner, info.gpu_count, design),
         mpi.check_cray_gpu_support(found, env, inputs.torch_ldd, info.loaded_libs),
-        *probe.probe_checks(info, inputs.probes),
+        *probe.probe_checks(info, inputs.probes, design),
         nccl.check_nccl_plugin(env, plugin, slingshot, nodes, info.nccl),
         nccl.check_socket_ifname(env, inputs.interfaces),
         nccl.check_nccl_network(inputs.nccl_log, slingshot, nodes),

@@ -1,0 +1,100 @@
+"""The doctor names the plugin and libfabric a job really maps, not what a path scan finds.
+
+Real shared libraries are built here with gcc: a stand-in ``libfabric.so.1`` and a
+``libnccl-net.so`` that NEEDs it, in tmp dirs laid out the way an install and a Spack
+view lay them out.  The doctor loads them in a child process (``dlopen`` as NCCL does)
+and reads that child's ``/proc/self/maps``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from torchmpi.doctor import nccl
+from torchmpi.doctor.core import FAIL, PASS, run_command
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+
+
+def build(tmp: Path) -> dict[str, Path]:
+    """libfabric.so.1 in fabric/lib64; the plugin in a versioned prefix; a view of symlinks."""
+    fabric = tmp / "libfabric-1.22.0" / "lib64"
+    plugin = tmp / "aws-ofi-nccl-1.19.0-abcdef" / "lib"
+    lonely = tmp / "lonely" / "lib"  # the plugin without a way to its libfabric
+    view = tmp / "view" / "lib"
+    for d in (fabric, plugin, lonely, view):
+        d.mkdir(parents=True)
+    src = tmp / "fabric.c"
+    # A data symbol: the loader binds it at dlopen even with RTLD_LAZY, so the plugin
+    # loads with this libfabric only (not with a host's own libfabric.so.1, if any).
+    src.write_text("int fi_version(void) { return 0x10016; }\nint standin_fabric = 1;\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libfabric.so.1", "-o",
+                    str(fabric / "libfabric.so.1"), str(src)], check=True)
+    (fabric / "libfabric.so").symlink_to("libfabric.so.1")
+    src = tmp / "plugin.c"
+    src.write_text("int fi_version(void);\nextern int standin_fabric;\n"
+                   "int plugin_probe(void) { return fi_version() + standin_fabric; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(plugin / "libnccl-net.so"), str(src),
+                    f"-L{fabric}", "-lfabric", f"-Wl,-rpath,{fabric}"], check=True)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lonely / "libnccl-net.so"), str(src),
+                    f"-L{fabric}", "-lfabric"], check=True)
+    (view / "libnccl-net.so").symlink_to(plugin / "libnccl-net.so")
+    return {"fabric": fabric, "plugin": plugin, "lonely": lonely, "view": view}
+
+
+@pytest.fixture(scope="module")
+def libs(tmp_path_factory) -> dict[str, Path]:
+    return build(tmp_path_factory.mktemp("plugin-maps"))
+
+
+def resolve(lib_path: str, **extra: str) -> nccl.PluginInfo:
+    env = {**os.environ, "LD_LIBRARY_PATH": lib_path, **extra}
+    return nccl.plugin_from_maps(nccl.resolve_plugin(env, run_command))
+
+
+def test_the_mapped_plugin_and_its_libfabric_are_reported(libs):
+    """libfabric is reached by the plugin's RUNPATH, not LD_LIBRARY_PATH: a scan misses it."""
+    plugin = resolve(str(libs["plugin"]))
+    assert plugin.libraries == {"libnccl-net.so": str(libs["plugin"] / "libnccl-net.so")}
+    assert plugin.libfabric == str(libs["fabric"] / "libfabric.so.1")
+    check = nccl.check_nccl_plugin({"NCCL_NET": "AWS Libfabric"}, plugin, True, 2)
+    assert check.status == PASS and str(libs["fabric"] / "libfabric.so.1") in check.detail
+
+
+def test_a_view_symlink_resolves_to_the_real_prefix_and_its_version(libs):
+    """Through a Spack view the file NCCL maps is the install's: its path tells the version."""
+    plugin = resolve(str(libs["view"]))
+    assert plugin.libraries["libnccl-net.so"] == str(libs["plugin"] / "libnccl-net.so")
+    assert plugin.version == (1, 19, 0)
+
+
+def test_a_plugin_whose_libfabric_does_not_load_fails(libs):
+    """The file is on LD_LIBRARY_PATH, but dlopen fails: NCCL falls back to sockets.
+
+    Without a RUNPATH the plugin's libfabric.so.1 is either nowhere or some other
+    libfabric (a host's own), which lacks what the plugin needs: dlopen fails either way.
+    """
+    plugin = resolve(str(libs["lonely"]))
+    assert plugin.libraries == {}
+    error = plugin.errors["libnccl-net.so"]
+    assert "libfabric.so.1" in error or "standin_fabric" in error, error
+    check = nccl.check_nccl_plugin({}, plugin, True, 2)
+    assert check.status == FAIL and error in check.detail, check
+    check = nccl.check_nccl_plugin({"NCCL_NET": "AWS Libfabric"}, plugin, True, 2)
+    assert check.status == FAIL and error in check.detail, check
+
+
+def test_the_first_loadable_directory_wins(libs):
+    """Two candidates on the path: the one the loader takes is the one reported."""
+    plugin = resolve(f"{libs['plugin']}:{libs['view']}")
+    assert plugin.libraries["libnccl-net.so"] == str(libs["plugin"] / "libnccl-net.so")
+
+
+def test_no_plugin_anywhere(tmp_path):
+    plugin = resolve(str(tmp_path))
+    assert plugin.libraries == {} and plugin.libfabric == ""
+    assert nccl.check_nccl_plugin({}, plugin, True, 2).status == FAIL
