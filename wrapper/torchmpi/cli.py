@@ -18,7 +18,8 @@ from torchmpi import __version__
 from torchmpi.errors import UserError
 
 #: Verb modules, in the order ``torchmpi --help`` lists them.
-VERBS = ("sites", "render", "concretize", "detect", "doctor", "allreduce", "reframe")
+VERBS = ("sites", "render", "concretize", "detect", "doctor", "allreduce", "reframe",
+         "venv")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter,
