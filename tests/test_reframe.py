@@ -180,6 +180,7 @@ def test_config_that_does_not_load_back_is_refused():
 
 
 def _local_site(tmp_path: Path, checks: dict | None = None) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     data = yaml.safe_load((paths.sites_dir() / "local.yaml").read_text())
     if checks:
         data["checks"] = checks
@@ -272,3 +273,20 @@ def test_library_is_package_data():
     assert '"data/reframe/*.py"' in text
     assert (rfmconf.library_dir() / "torchmpi_checks.py").is_file()
     assert shutil.which("bash") and os.access(rfmconf.library_dir(), os.R_OK)
+
+
+def test_local_doctor_check_fails_on_the_pip_torch_unless_the_site_expects_it(tmp_path):
+    """The checkout's pip torch has no MPI backend: torchmpi_doctor must FAIL naming it, and
+    pass once the site file lists exactly those findings under checks.expected_fail."""
+    doctor = ["-n", "torchmpi_doctor", "-S", "probe=false"]  # static checks: enough here
+    generate(str(_local_site(tmp_path / "a")), tmp_path / "a" / "cfg", "--env", "runtime-sh")
+    proc = run_checks(tmp_path / "a" / "cfg", tmp_path / "a", "-r", *doctor)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    failed = re.search(r"doctor FAIL: \[([^\]]*)\]", out)
+    assert failed and "'backend.mpi'" in failed.group(1), out
+    names = re.findall(r"'([^']+)'", failed.group(1))
+    site = _local_site(tmp_path / "b", {"expected_fail": names})
+    generate(str(site), tmp_path / "b" / "cfg", "--env", "runtime-sh")
+    proc = run_checks(tmp_path / "b" / "cfg", tmp_path / "b", "-r", *doctor)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -90,6 +90,8 @@ class torchmpi_doctor(TorchmpiBase):
     """
 
     descr = "torchmpi doctor on every node: no FAIL the site does not expect"
+    #: run the doctor's one-rank probes (``-S probe=false``: the static checks only)
+    probe = variable(bool, value=True)
 
     @run_after("setup")
     def set_job(self):
@@ -102,6 +104,8 @@ class torchmpi_doctor(TorchmpiBase):
         self._share_cpus()
         self.executable = self.torchmpi
         self.executable_opts = ["doctor", "--json"]
+        if not self.probe:
+            self.executable_opts.append("--no-probe")
         if extras.get("site_file"):
             self.executable_opts += ["--site", extras["site_file"]]
 
