@@ -124,9 +124,11 @@ def test_venv_is_wired_to_the_constraints(site_venv):
     assert "torch==2.13.0" in constraints.read_text().splitlines()
     assert "include-system-site-packages = true" in (site_venv / "pyvenv.cfg").read_text()
     assert f"constraint = {constraints}" in (site_venv / "pip.conf").read_text()
-    proc = subprocess.run(["bash", "-c", f". {site_venv}/bin/activate && echo $PIP_CONSTRAINT"],
+    script = (f". {site_venv}/bin/activate && echo $PIP_CONSTRAINT"
+              " && deactivate && echo after=$PIP_CONSTRAINT")
+    proc = subprocess.run(["bash", "-c", script],
                           capture_output=True, text=True, check=True)
-    assert proc.stdout.strip() == str(constraints)
+    assert proc.stdout.split() == [str(constraints), "after="]
 
 
 def test_control_plain_venv_lets_pip_install_another_torch(tmp_path, wheels):

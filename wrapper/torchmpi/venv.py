@@ -106,8 +106,11 @@ def create(target: Path, *, python: str, pins: dict[str, str], source: str) -> P
         f"[install]\nconstraint = {constraints}\n")
     activate = target / "bin" / "activate"
     if activate.is_file():
-        with open(activate, "a") as handle:
-            handle.write("\n# torchmpi venv: the site's pins for any pip this shell starts\n"
-                         f"PIP_CONSTRAINT={shlex.quote(str(constraints))}\n"
-                         "export PIP_CONSTRAINT\n")
+        text = activate.read_text()
+        # `deactivate` forgets the pins as it forgets the venv (venv's own bash script).
+        text = text.replace("deactivate () {\n", "deactivate () {\n    unset PIP_CONSTRAINT\n", 1)
+        text += ("\n# torchmpi venv: the site's pins for any pip this shell starts\n"
+                 f"PIP_CONSTRAINT={shlex.quote(str(constraints))}\n"
+                 "export PIP_CONSTRAINT\n")
+        activate.write_text(text)
     return constraints
