@@ -6,12 +6,15 @@ wheel, which has no MPI backend and brings its own NCCL.  Two documented
 defences, combined here:
 
 * ``python -m venv --system-site-packages`` on the module's Python, so the
-  site's packages stay visible and satisfy requirements (CSCS,
-  docs.cscs.ch software/ml/pytorch: "Without this option, packages may
-  accidentally be re-installed shadowing a version that is already present");
+  site's packages stay visible and satisfy requirements (CSCS documents it for
+  its PyTorch: eth-cscs/cscs-docs docs/software/ml/pytorch.md, without it
+  packages "may accidentally be re-installed shadowing a version that is
+  already present");
 * a pip constraints file pinning every Python package of the site's stack at
   its installed version (NVIDIA's PyTorch containers ship
-  ``/etc/pip/constraint.txt`` for the same reason since 25.03), wired through
+  ``/etc/pip/constraint.txt`` "to prevent unintentional overwriting" since
+  25.03: docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/
+  rel-25-12.html), wired through
   ``<venv>/pip.conf``, which pip reads for any pip run from the venv, activated
   or not (pip's configuration docs: the "site" file ``$VIRTUAL_ENV/pip.conf``),
   and ``PIP_CONSTRAINT`` in ``bin/activate`` for pips started by other means.
