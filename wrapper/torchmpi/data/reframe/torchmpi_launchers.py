@@ -2,11 +2,12 @@
 
 ReFrame 4.10.4 registers ``mpiexec`` as ``mpiexec -n N`` only, and has no PALS
 launcher (its registered launchers: reframe/core/launchers/{local,mpi,rsh}.py).
-PALS places ranks per node with ``--ppn`` (NCAR's Derecho job scripts run
-``mpiexec -n N --ppn 4``, NCAR/HPC-Docs), so without it every rank lands on the
-first node.  A configuration written by ``torchmpi reframe`` for a PBS site
-imports this module before ReFrame builds its partitions, which is when the
-launcher's name is looked up.
+PALS places ranks per node with ``--ppn`` and gives each ``--depth`` CPUs
+(ALCF user guides, "Running Jobs on Aurora": PALS ``mpiexec`` options ``-n``,
+``-ppn``, ``--depth``; NCAR/hpc-demos runs Derecho jobs with ``mpiexec --np N
+--ppn 4``), so without it every rank lands on the first node.  A configuration
+written by ``torchmpi reframe`` for a PBS site imports this module before
+ReFrame builds its partitions, which is when the launcher's name is looked up.
 """
 
 from __future__ import annotations
