@@ -290,3 +290,31 @@ def test_local_doctor_check_fails_on_the_pip_torch_unless_the_site_expects_it(tm
     generate(str(site), tmp_path / "b" / "cfg", "--env", "runtime-sh")
     proc = run_checks(tmp_path / "b" / "cfg", tmp_path / "b", "-r", *doctor)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _checks_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "torchmpi_checks_under_test", rfmconf.library_dir() / "torchmpi_checks.py")
+    if spec.name in sys.modules:
+        return sys.modules[spec.name]
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # ReFrame's test classes look up their own file
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("log", "passes"), [
+    ("plugin-ofi.log", True),              # plugin 1.19.0, cxi, AWS Libfabric, hsn0
+    ("socket-fallback-hsn.log", False),    # no plugin: Using network Socket
+    ("plugin-bootstrap-virbr0.log", False),  # bootstrap on a bridge, not hsn
+])
+def test_nccl_network_sanity_on_recorded_logs(log, passes):
+    """The torchmpi_nccl_network patterns, for a Slingshot site pinned to plugin 1.19.0,
+    against recorded NCCL logs (the all-reduce's own correctness line appended)."""
+    want = {"network": "AWS Libfabric", "provider": "cxi", "plugin": "1.19.0",
+            "bootstrap": rfmconf.bootstrap_pattern("hsn")}
+    text = (paths.root() / "tests/fixtures/nccl-logs" / log).read_text() + "# correctness: OK\n"
+    needles = _checks_module().network_needles(want)
+    assert all(re.search(n, text, re.MULTILINE) for n in needles) == passes

@@ -225,14 +225,19 @@ class torchmpi_nccl_network(TorchmpiBase):
 
     @sanity_function
     def network_is_the_sites(self):
-        want = site_extras(self.current_partition).get("nccl", {})
-        needles = [r"^# correctness: OK$"]
-        if want.get("network"):
-            needles.append(r"Using network " + re.escape(want["network"]))
-        if want.get("plugin"):
-            needles.append(r"(Initializing|Using) aws-ofi-nccl v?" + re.escape(want["plugin"]))
-        if want.get("provider"):
-            needles.append(r"Selected [Pp]rovider is " + re.escape(want["provider"]))
-        if want.get("bootstrap"):
-            needles.append(r"Bootstrap\s*:\s*Using\s+(\[\d+\])?(" + want["bootstrap"] + r")")
+        needles = network_needles(site_extras(self.current_partition).get("nccl", {}))
         return sn.all([sn.assert_found(n, self.stdout) for n in needles])
+
+
+def network_needles(want: dict) -> list[str]:
+    """The lines an NCCL_DEBUG=INFO all-reduce log must hold on the site (regular expressions)."""
+    needles = [r"^# correctness: OK$"]
+    if want.get("network"):
+        needles.append(r"Using network " + re.escape(want["network"]))
+    if want.get("plugin"):
+        needles.append(r"(Initializing|Using) aws-ofi-nccl v?" + re.escape(want["plugin"]))
+    if want.get("provider"):
+        needles.append(r"Selected [Pp]rovider is " + re.escape(want["provider"]))
+    if want.get("bootstrap"):
+        needles.append(r"Bootstrap\s*:\s*Using\s+(\[\d+\])?(" + want["bootstrap"] + r")")
+    return needles
