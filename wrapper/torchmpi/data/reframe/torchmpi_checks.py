@@ -181,6 +181,7 @@ class torchmpi_allreduce(TorchmpiBase):
             self.reference = {"*": {
                 name: (float(ref[name]), lower, None, "GB/s")
                 for name in ("avg_busbw", "peak_busbw") if name in ref}}
+            self.descr += f"; reference: {ref['source']}"  # where the figure comes from
 
     @sanity_function
     def results_are_right(self):
