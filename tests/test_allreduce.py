@@ -307,3 +307,49 @@ def test_doctor_probe_synchronises_before_its_collective():
     reduce = next(i for i, n in enumerate(body) if "dist.all_reduce" in calls(n))
     between = body[fill + 1:reduce]
     assert any("torch.cuda.synchronize" in calls(n) for n in between), ast.unparse(between)
+
+
+# --min-busbw: nccl-tests' NCCL_TESTS_MIN_BW (NVIDIA/nccl-tests src/common.cu): the run fails
+# when the average bus bandwidth is below 90 % of the threshold.
+def test_min_busbw_threshold_has_nccl_tests_ten_percent_slack():
+    from torchmpi.allreduce import below_min_busbw
+
+    assert below_min_busbw(8.99, 10.0) and not below_min_busbw(9.0, 10.0)
+    assert not below_min_busbw(0.0, None)
+
+
+def _avg_line(stdout: str) -> str:
+    lines = [line for line in stdout.splitlines() if line.startswith("# Avg bus bandwidth")]
+    assert len(lines) == 1, stdout
+    return lines[0]
+
+
+def test_min_busbw_above_what_the_machine_does_fails_the_run():
+    proc = mpirun(2, TORCHMPI, "allreduce", "--sizes", "1K,64K", "--warmup", "0", "--iters",
+                  "2", "--min-busbw", "100000")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert _avg_line(proc.stdout).endswith(" FAILED")
+    assert "# correctness: OK" in proc.stdout  # the results were right, the speed was not
+    assert "below 90% of --min-busbw 100000" in proc.stderr
+
+
+def test_min_busbw_met_passes_and_says_ok():
+    proc = mpirun(2, TORCHMPI, "allreduce", "--sizes", "1K,64K", "--warmup", "0", "--iters",
+                  "2", "--min-busbw", "0.000001", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["min_busbw_gbs"] == 0.000001 and report["busbw_ok"] is True
+
+
+def test_nccl_tests_min_bw_variable_is_honoured_like_nccl_tests():
+    proc = mpirun(2, TORCHMPI, "allreduce", "--sizes", "1K", "--warmup", "0", "--iters", "1",
+                  NCCL_TESTS_MIN_BW="100000")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert _avg_line(proc.stdout).endswith(" FAILED")
+
+
+@pytest.mark.parametrize("value", ["fast", "-1", "nan"])
+def test_bad_min_busbw_is_a_user_error(value):
+    proc = allreduce_cli("--sizes", "8", "--min-busbw", value)
+    assert proc.returncode == 2 and "--min-busbw" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""

@@ -153,7 +153,8 @@ def test_bad_site_file_every_verb(case: Case, scratch: Path, capsys) -> None:
     assert "INVALID:" in line and str(path) in line
 
     for argv in (["render", case.name], ["render", "--check", case.name],
-                 ["concretize", case.name], ["render", str(path), "-o", str(scratch / "o")]):
+                 ["concretize", case.name], ["render", str(path), "-o", str(scratch / "o")],
+                 ["reframe", case.name, "-o", str(scratch / "o")]):
         rc, out, err = run(capsys, *argv)
         assert rc == 2, (argv, out, err)
         assert err.startswith(f"torchmpi {argv[0]}: error: "), err

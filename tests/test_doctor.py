@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from mpi_launch import TORCHMPI, job_env
 from torchmpi import doctor
-from torchmpi.doctor import gpu, mpi, nccl, probe, site_env
+from torchmpi.doctor import gpu, mpi, nccl, origin, probe, site_env
 from torchmpi.doctor.core import CommandResult, job_nodes
 from torchmpi.doctor.probe import OK_MARK
 
@@ -280,6 +280,12 @@ def failure_catalogue() -> list:
         site_env.check_site_env(site, {"FI_CXI_DEFAULT_CQ_SIZE": "1024"}),
         site_env.check_launcher_flags({**alt_read, "SLURM_NETWORK": "single"}),
         site_env.check_launcher_flags(alt_read),
+        origin.check_site_prefix(
+            {"torch": "/home/ann/venv/lib/python3.11/site-packages/torch/__init__.py"},
+            {"install": {"root": "/glade/work/$user/torchmpi/derecho/install"}}, {"USER": "ann"}),
+        origin.check_site_prefix(
+            {"libnccl": "/home/ann/venv/lib/python3.11/site-packages/nvidia/nccl/lib/"
+                        "libnccl.so.2"}, None, {}),
     ]
 
 

@@ -267,14 +267,30 @@ def average_busbw(results: list[Result]) -> float:
     return sum(r.busbw_gbs for r in results) / len(results) if results else 0.0
 
 
-def format_footer(results: list[Result]) -> str:
+#: nccl-tests fails a run whose average bus bandwidth is below this share of
+#: ``NCCL_TESTS_MIN_BW`` (``bw[0] < check_avg_bw*(0.9)`` in NVIDIA/nccl-tests
+#: src/common.cu); ``--min-busbw`` keeps the same slack so a threshold means the same.
+MIN_BW_SLACK = 0.9
+
+
+def below_min_busbw(avg_busbw: float, min_busbw: float | None) -> bool:
+    """Whether a run fails its bandwidth threshold (never when there is none)."""
+    return min_busbw is not None and avg_busbw < min_busbw * MIN_BW_SLACK
+
+
+def format_footer(results: list[Result], min_busbw: float | None = None) -> str:
+    """The closing lines; the average carries OK/FAILED only with a threshold, as in nccl-tests."""
     bad = sum(1 for r in results if r.errors)
     lines = []
     if results:
         peak = max(results, key=lambda r: r.busbw_gbs)
         lines.append(f"# peak busbw {peak.busbw_gbs:.3f} GB/s at {peak.bytes} bytes")
     lines.append(f"# correctness: {'FAILED for ' + str(bad) + ' size(s)' if bad else 'OK'}")
-    lines.append(f"# Avg bus bandwidth    : {average_busbw(results):.3f}")
+    avg = average_busbw(results)
+    verdict = ""
+    if min_busbw is not None:
+        verdict = " FAILED" if below_min_busbw(avg, min_busbw) else " OK"
+    lines.append(f"# Avg bus bandwidth    : {avg:.3f}{verdict}")
     return "\n".join(lines)
 
 
@@ -309,8 +325,12 @@ def write_csv(path: Path, results: list[Result], meta: dict) -> None:
             writer.writerow({**meta, **asdict(r)})
 
 
-def to_json(results: list[Result], meta: dict) -> str:
+def to_json(results: list[Result], meta: dict, min_busbw: float | None = None) -> str:
     """The machine-readable report (``--json`` prints it on stdout)."""
     bad = sum(1 for r in results if r.errors)
+    avg = average_busbw(results)
+    peak = max((r.busbw_gbs for r in results), default=0.0)
     return json.dumps({**meta, "results": [asdict(r) for r in results],
-                       "avg_busbw_gbs": average_busbw(results), "ok": bad == 0}, indent=2)
+                       "avg_busbw_gbs": avg, "peak_busbw_gbs": peak, "ok": bad == 0,
+                       "min_busbw_gbs": min_busbw,
+                       "busbw_ok": not below_min_busbw(avg, min_busbw)}, indent=2)

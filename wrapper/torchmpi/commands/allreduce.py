@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -27,7 +29,8 @@ def register(subparsers) -> None:
             "on every rank, then times it and prints a row per size as it completes, as "
             "nccl-tests does: time averaged over ranks, algbw = bytes/time, "
             "busbw = algbw * 2(n-1)/n, and a closing 'Avg bus bandwidth' line.  Exit "
-            "status 1 if any result is wrong, 2 on bad input."
+            "status 1 if any result is wrong or the average busbw is below 90% of "
+            "--min-busbw (nccl-tests' NCCL_TESTS_MIN_BW), 2 on bad input."
         ),
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -55,6 +58,10 @@ def register(subparsers) -> None:
                         help="how ranks' times combine, as nccl-tests' -a (default: avg)")
     parser.add_argument("--csv", type=Path, metavar="FILE", default=None,
                         help="also write the results as CSV, from rank 0 (default: none)")
+    parser.add_argument("--min-busbw", "-m", metavar="GB/S", default=None,
+                        help="fail (exit 1) when the average bus bandwidth is below 90%% of "
+                             "this, as nccl-tests does with NCCL_TESTS_MIN_BW, which is read "
+                             "when the flag is not given (default: no threshold)")
     parser.add_argument("--json", action="store_true", default=False,
                         help="machine-readable JSON on stdout instead of the table "
                              "(default: table)")
@@ -75,11 +82,29 @@ def sizes_from_args(args: argparse.Namespace) -> list[int]:
         raise UserError(str(err)) from err
 
 
+def min_busbw_from_args(args: argparse.Namespace) -> float | None:
+    """The threshold in GB/s: the flag, else nccl-tests' variable, else none."""
+    text, where = args.min_busbw, "--min-busbw"
+    if text is None:
+        text, where = os.environ.get("NCCL_TESTS_MIN_BW"), "NCCL_TESTS_MIN_BW"
+    if text is None or (where == "NCCL_TESTS_MIN_BW" and not text.strip()):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise UserError(f"{where} {text!r}: not a bandwidth (a number of GB/s, 0 or more; "
+                        "e.g. --min-busbw 20)")
+    return value
+
+
 def check_args(args: argparse.Namespace) -> list[int]:
     """Every input problem, before any rank joins the job (so none waits for a dead peer)."""
     from torchmpi.allreduce import check_writable
 
     sizes = sizes_from_args(args)
+    args.min_busbw_gbs = min_busbw_from_args(args)
     if args.iters < 1:
         raise UserError(f"--iters {args.iters}: must be at least 1")
     if args.warmup < 0:
@@ -131,9 +156,10 @@ def run(args: argparse.Namespace) -> int:
                 "launcher": launch.launcher, "warmup": args.warmup, "iters": args.iters,
                 "average": args.average}
         if args.json:
-            print(ar.to_json(results, {**meta, "rank_map": ranks}), flush=True)
+            print(ar.to_json(results, {**meta, "rank_map": ranks}, args.min_busbw_gbs),
+                  flush=True)
         else:
-            print(ar.format_footer(results), flush=True)
+            print(ar.format_footer(results, args.min_busbw_gbs), flush=True)
         if args.csv:
             try:
                 ar.write_csv(args.csv, results, meta)
@@ -145,4 +171,9 @@ def run(args: argparse.Namespace) -> int:
         bad = ", ".join(str(r.bytes) for r in results if r.errors)
         print(f"torchmpi allreduce: FAIL: wrong all-reduce result at size(s) {bad} bytes",
               file=sys.stderr)
-    return 1 if failed else 0
+    avg = ar.average_busbw(results)
+    slow = ar.below_min_busbw(avg, args.min_busbw_gbs)
+    if slow and lead:
+        print(f"torchmpi allreduce: FAIL: average bus bandwidth {avg:.3f} GB/s is below 90% of "
+              f"--min-busbw {args.min_busbw_gbs:g} GB/s", file=sys.stderr)
+    return 1 if failed or slow else 0

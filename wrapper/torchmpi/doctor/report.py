@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from torchmpi.doctor import core, gpu, mpi, nccl, probe, site_env
+from torchmpi.doctor import core, gpu, mpi, nccl, origin, probe, site_env
 from torchmpi.doctor.core import Check, CommandResult, Runner
 
 
@@ -32,6 +32,7 @@ class Inputs:
     probes: Mapping[str, CommandResult | None] | None = None  # None: probing off
     #: what a child mapped loading each plugin name (:func:`nccl.resolve_plugin`)
     plugin_maps: Mapping[str, nccl.Mapped] | None = None
+    origins: Mapping[str, str | None] | None = None  # torch, mpi4py, libnccl files in use
 
 
 def torch_ldd(info: gpu.TorchInfo, runner: Runner) -> str:
@@ -56,6 +57,7 @@ def gather(site: str | None = None, nccl_log: str | None = None, run_probes: boo
                     torch_ldd=torch_ldd(info, runner), nccl_log=log_text, site=expectation,
                     driver=gpu.probe_driver(runner),
                     plugin_maps=nccl.resolve_plugin(env, runner) if info.nccl else None)
+    inputs.origins = origin.locate(info.loaded_libs)
     if run_probes:
         kind = (mpi.classify_libraries(info.loaded_libs) or (None,))[0]
         if kind is None and (env.get("CRAY_MPICH_VERSION") or env.get("CRAY_MPICH_DIR")):
@@ -93,6 +95,7 @@ def run_checks(inputs: Inputs) -> list[Check]:
         nccl.check_nccl_interfaces(inputs.nccl_log, nodes),
         site_env.check_site_env(inputs.site, env, nodes),
         site_env.check_launcher_flags(env),
+        origin.check_site_prefix(inputs.origins or {}, site_data, env),
     ]
 
 

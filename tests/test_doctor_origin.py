@@ -1,0 +1,79 @@
+"""doctor `site.prefix`: torch, mpi4py and NCCL must come from the site's install tree.
+
+The checkout venv's torch is a PyPI wheel, which is exactly what the check is for:
+run for real against a site whose install tree is elsewhere it must FAIL and name
+torch's file; with the install tree where that torch is, it must PASS.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from mpi_launch import TORCHMPI, job_env
+from torchmpi import paths
+from torchmpi.doctor.core import FAIL, PASS, SKIP
+from torchmpi.doctor.origin import check_site_prefix, install_root
+
+
+def site_with_root(tmp_path: Path, root: str) -> Path:
+    data = yaml.safe_load((paths.sites_dir() / "local.yaml").read_text())
+    data["install"] = {"root": root}
+    path = tmp_path / "local.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def doctor_site_prefix(site: Path) -> dict:
+    proc = subprocess.run([TORCHMPI, "doctor", "--json", "--no-probe", "--site", str(site)],
+                          env=job_env(), capture_output=True, text=True, timeout=300,
+                          check=False)
+    report = json.loads(proc.stdout)
+    return next(c for c in report["checks"] if c["name"] == "site.prefix")
+
+
+def test_a_pip_torch_outside_the_site_tree_fails(tmp_path):
+    check = doctor_site_prefix(site_with_root(tmp_path, str(tmp_path / "site-install")))
+    assert check["status"] == FAIL, check
+    import torch
+
+    assert f"torch from {torch.__file__}" in check["detail"]
+    assert "torchmpi venv" in check["fix"]
+
+
+def test_torch_inside_the_site_tree_passes(tmp_path):
+    check = doctor_site_prefix(site_with_root(tmp_path, sys.prefix))
+    assert check["status"] == PASS, check
+
+
+def test_nccl_from_the_pip_wheel_fails_without_a_site():
+    found = {"torch": "/sw/torch/__init__.py",
+             "libnccl": "/home/u/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2"}
+    check = check_site_prefix(found, None, {})
+    assert check.status == FAIL and "libnccl from a pip wheel" in check.detail
+
+
+def test_without_site_root_it_is_skipped_not_passed():
+    assert check_site_prefix({"torch": "/x/torch/__init__.py"}, None, {}).status == SKIP
+    assert check_site_prefix({}, None, {}).status == SKIP
+
+
+@pytest.mark.parametrize(("root", "env", "want"), [
+    ("/glade/work/$user/tm/install", {"USER": "ann"}, "/glade/work/ann/tm/install"),
+    ("$PSCRATCH/tm", {"PSCRATCH": "/pscratch/sd/a/ann"}, "/pscratch/sd/a/ann/tm"),
+])
+def test_install_root_expands_like_spack(root, env, want):
+    assert install_root({"install": {"root": root}}, env) == want
+
+
+def test_mpi4py_outside_the_tree_is_named():
+    found = {"torch": "/glade/work/ann/tm/install/py-torch/torch/__init__.py",
+             "mpi4py": "/home/ann/.local/lib/python3.10/site-packages/mpi4py/__init__.py"}
+    check = check_site_prefix(found, {"install": {"root": "/glade/work/$user/tm/install"}},
+                              {"USER": "ann"})
+    assert check.status == FAIL and "mpi4py from /home/ann/.local" in check.detail
+    assert "torch from" not in check.detail

@@ -1,0 +1,320 @@
+"""torchmpi reframe: real ReFrame (reframe-hpc from PyPI) reads every generated configuration,
+writes the job scripts a site would submit (dry run), and runs the checks for real on
+`local` (local scheduler, Open MPI's mpirun, gloo), where planted faults must fail them.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from mpi_launch import job_env
+from torchmpi import paths, runtime
+from torchmpi import reframe as rfmconf
+from torchmpi import site as sitemod
+from torchmpi.cli import main
+from torchmpi.errors import UserError
+
+BIN = Path(sys.executable).parent
+REFRAME = BIN / "reframe"
+SITES = sitemod.available()
+#: the local run: 2 ranks, small sizes, few iterations (speed is for benchmarks)
+SMALL = ["-S", "max_bytes=64K", "-S", "iters=2", "-S", "warmup=1"]
+GLOO = ["-n", "torchmpi_allreduce%variant=gloo_cpu"]
+
+
+def reframe_env(tmp: Path) -> dict[str, str]:
+    """The job environment of tests/mpi_launch.py (root, oversubscribed Open MPI) and a private
+    TMPDIR and HOME, so ReFrame's log file and report database stay in the test's directory."""
+    env = job_env(OMPI_MCA_rmaps_base_oversubscribe="1", TMPDIR=str(tmp), HOME=str(tmp))
+    env.pop("RFM_CONFIG_FILES", None)
+    return env
+
+
+def generate(site: str, outdir: Path, *extra: str) -> None:
+    assert main(["reframe", site, "-o", str(outdir), *extra]) == 0
+
+
+def run_checks(outdir: Path, tmp: Path, *args: str, timeout: float = 300
+               ) -> subprocess.CompletedProcess:
+    assert REFRAME.is_file(), "reframe missing from the venv: run `make setup`"
+    return subprocess.run([str(outdir / rfmconf.SCRIPT), *args, "--prefix", str(tmp / "rfm")],
+                          env=reframe_env(tmp), capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module", params=SITES)
+def dry_run(request, tmp_path_factory) -> tuple[str, Path, subprocess.CompletedProcess]:
+    """Each shipped site: configuration written, then a 2-node dry run of every check."""
+    site = request.param
+    tmp = tmp_path_factory.mktemp(f"rfm-{site}")
+    generate(site, tmp / "cfg")
+    proc = run_checks(tmp / "cfg", tmp, "--dry-run", "-S", "num_nodes=2")
+    return site, tmp, proc
+
+
+def job_script(tmp: Path, test_dir: str) -> str:
+    found = sorted((tmp / "rfm" / "stage").glob(f"*/*/*/{test_dir}/rfm_job.sh"))
+    assert len(found) == 1, (test_dir, found)
+    return found[0].read_text()
+
+
+def allreduce_dirs(tmp: Path) -> dict[str, str]:
+    """variant -> job script, read from each dry-run stage directory."""
+    out = {}
+    for script in (tmp / "rfm" / "stage").glob("*/*/*/torchmpi_allreduce_*/rfm_job.sh"):
+        text = script.read_text()
+        match = re.search(r"--backend (\S+) --device (\S+)", text)
+        out[f"{match.group(1)}_{match.group(2)}"] = text
+    return out
+
+
+def test_every_site_configuration_validates_with_reframe(dry_run):
+    site, tmp, _ = dry_run
+    proc = subprocess.run([str(REFRAME), "-C", str(tmp / "cfg" / rfmconf.CONFIG),
+                           "--show-config"], env=reframe_env(tmp), capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"'name': '{site}'" in proc.stdout or f'"name": "{site}"' in proc.stdout
+
+
+def test_every_site_dry_run_builds_the_checks_its_features_select(dry_run):
+    site, tmp, proc = dry_run
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "skipping test file" not in proc.stdout + proc.stderr  # the library loads
+    loaded = sitemod.load(site)
+    want = {"gloo_cpu", "mpi_cpu"}
+    if loaded.gpu:
+        want |= {"nccl_cuda"} | ({"mpi_cuda"} if rfmconf.cuda_aware(loaded) else set())
+    assert set(allreduce_dirs(tmp)) == want
+    assert ("torchmpi_nccl_network" in proc.stdout) == bool(loaded.gpu)
+    assert "torchmpi_doctor" in proc.stdout
+
+
+def test_dry_run_job_scripts_carry_the_sites_launch_lines(dry_run):
+    site, tmp, _ = dry_run
+    loaded = sitemod.load(site)
+    data = loaded.data
+    gpus = (data.get("checks") or {}).get("gpus_per_node", 1) if loaded.gpu else None
+    ranks = gpus or 2
+    script = allreduce_dirs(tmp)["gloo_cpu"]
+    env = runtime.environment(data)
+    needs_flag = any(env.get(r["variable"]) == r["value"] for r in runtime.launcher_flags())
+    if data["launcher"] == "slurm":
+        assert f"#SBATCH --ntasks={2 * ranks}" in script
+        assert f"#SBATCH --ntasks-per-node={ranks}" in script
+        assert f"#SBATCH --gpus-per-node={gpus}" in script
+        launch = "srun --network=disable_rdzv_get " if needs_flag else "srun "
+        assert re.search("^" + re.escape(launch) + "torchmpi allreduce", script,
+                         re.MULTILINE), script
+        assert ("--network=disable_rdzv_get" in script) == needs_flag
+    elif data["launcher"] == "pbs":
+        cpus = (data.get("checks") or {}).get("cpus_per_node")
+        assert f"#PBS -l select=2:mpiprocs={ranks}:ncpus={cpus}:ngpus={gpus}" in script
+        assert re.search(rf"^mpiexec -n {2 * ranks} --ppn {ranks} .*torchmpi allreduce",
+                         script, re.MULTILINE), script
+    else:
+        assert re.search(rf"^mpirun -np {2 * ranks} torchmpi allreduce", script,
+                         re.MULTILINE), script
+    modules_root = (data.get("install") or {}).get("modules_root")
+    if modules_root:
+        mpi = data["mpi"]
+        assert f"module load {mpi['kind']}/{mpi['version']} py-torch-mpi" in script
+        assert "module use " + rfmconf.shell_path(modules_root) + "/linux-*/Core" in script
+    else:
+        assert f". {tmp / 'cfg' / rfmconf.RUNTIME}" in script
+
+
+def test_perlmutter_sets_alt_read_so_its_srun_line_has_the_flag():
+    """The claim of the parametrized test is not vacuous: a shipped site needs the flag."""
+    env = runtime.environment(sitemod.load("perlmutter").data)
+    assert env.get("FI_CXI_RDZV_PROTO") == "alt_read"
+
+
+def test_doctor_runs_once_per_node_with_the_site_file(dry_run):
+    site, tmp, _ = dry_run
+    script = job_script(tmp, "torchmpi_doctor")
+    assert f"torchmpi doctor --json --site {sitemod.load(site).path.absolute()}" in script
+
+
+def test_nccl_network_check_expects_the_pinned_plugin_and_cxi_on_slingshot():
+    expect = rfmconf.nccl_expectations(sitemod.load("derecho"))
+    assert expect == {"network": "AWS Libfabric", "provider": "cxi", "plugin": "1.6.0",
+                      "bootstrap": r"hsn[^:\s]*"}
+    log = (paths.root() / "tests/fixtures/nccl-logs/plugin-ofi.log").read_text()
+    assert re.search(r"Bootstrap\s*:\s*Using\s+(\[\d+\])?(" + expect["bootstrap"] + ")", log)
+    assert rfmconf.bootstrap_pattern("^docker,lo") is None
+    assert rfmconf.bootstrap_pattern("=eth0,ib0") == "eth0|ib0"
+
+
+def test_config_is_data_and_written_atomically(tmp_path):
+    generate("derecho", tmp_path)
+    text = (tmp_path / rfmconf.CONFIG).read_text()
+    tree = ast.parse(text)
+    value = next(n.value for n in tree.body if isinstance(n, ast.Assign))
+    config = ast.literal_eval(value)
+    part = config["systems"][0]["partitions"][0]
+    assert (part["scheduler"], part["launcher"]) == ("pbspro", "pals")
+    assert config["systems"][0]["modules_system"] == "nomod"  # never `module show` off-site
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left
+
+
+def test_a_file_not_ours_is_kept_without_force(tmp_path, capsys):
+    (tmp_path / rfmconf.CONFIG).write_text("site_configuration = {}\n")
+    assert main(["reframe", "derecho", "-o", str(tmp_path)]) == 2
+    assert "not written by torchmpi reframe" in capsys.readouterr().err
+    assert (tmp_path / rfmconf.CONFIG).read_text() == "site_configuration = {}\n"
+    assert main(["reframe", "derecho", "-o", str(tmp_path), "--force"]) == 0
+
+
+def test_config_that_does_not_load_back_is_refused():
+    with pytest.raises(UserError, match="does not load back"):
+        rfmconf.check_config("site_configuration = {'systems': []}\n", {"systems": [1]})
+
+
+def _local_site(tmp_path: Path, checks: dict | None = None) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    data = yaml.safe_load((paths.sites_dir() / "local.yaml").read_text())
+    if checks:
+        data["checks"] = checks
+    path = tmp_path / "local.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _perf(stdout: str, name: str) -> float:
+    match = re.search(rf"P: {name}: (\S+) GB/s", stdout)
+    assert match, stdout
+    return float(match.group(1))
+
+
+def test_local_run_passes_with_a_performance_figure(tmp_path):
+    generate(str(_local_site(tmp_path)), tmp_path / "cfg", "--env", "runtime-sh")
+    proc = run_checks(tmp_path / "cfg", tmp_path, "-r", *GLOO, *SMALL)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "PASSED" in out and "Ran 1/1 test case" in out
+    assert _perf(out, "avg_busbw") > 0 and _perf(out, "peak_busbw") > 0
+    perflog = tmp_path / "rfm" / "perflogs" / "local" / "cpu" / "torchmpi_allreduce.log"
+    assert "avg_busbw" in perflog.read_text()
+
+
+# Rank 1 corrupts the checked result of the 1 KiB size (as in tests/test_allreduce.py).
+FAULTY_TORCHMPI = """#!{python}
+import sys, torch.distributed as dist
+from torchmpi.cli import main
+real, hit = dist.all_reduce, []
+def faulty(tensor, *args, **kwargs):
+    work = real(tensor, *args, **kwargs)
+    if dist.get_rank() == 1 and tensor.numel() == 256 and not hit:
+        hit.append(1)
+        tensor[3] += 1
+    return work
+dist.all_reduce = faulty
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_local_run_fails_on_a_wrong_all_reduce_result(tmp_path):
+    wrapper = tmp_path / "faulty-torchmpi"
+    wrapper.write_text(FAULTY_TORCHMPI.format(python=sys.executable))
+    wrapper.chmod(0o755)
+    generate(str(_local_site(tmp_path)), tmp_path / "cfg", "--env", "runtime-sh")
+    proc = run_checks(tmp_path / "cfg", tmp_path, "-r", *GLOO, *SMALL,
+                      "-S", f"torchmpi={wrapper}")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "FAILED" in out and "sanity" in out, out
+
+
+def test_local_run_fails_below_a_reference(tmp_path):
+    reference = {"backend": "gloo", "nodes": 1, "max_bytes": "64K", "avg_busbw": 100000,
+                 "source": "planted by tests/test_reframe.py: far above any machine"}
+    site = _local_site(tmp_path, {"references": [reference]})
+    generate(str(site), tmp_path / "cfg", "--env", "runtime-sh")
+    proc = run_checks(tmp_path / "cfg", tmp_path, "-r", *GLOO, *SMALL)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "performance" in out and "avg_busbw" in out, out
+
+
+def test_reference_without_source_is_refused(tmp_path, capsys):
+    site = _local_site(tmp_path, {"references": [{"backend": "gloo", "nodes": 1,
+                                                  "avg_busbw": 1.0}]})
+    assert main(["reframe", str(site), "-o", str(tmp_path / "cfg")]) == 2
+    err = capsys.readouterr().err
+    assert "checks.references" in err and "source" in err
+    assert not (tmp_path / "cfg").exists()
+
+
+def test_pals_launcher_emits_ppn():
+    sys.path.insert(0, str(rfmconf.library_dir()))
+    try:
+        import torchmpi_launchers
+    finally:
+        sys.path.pop(0)
+
+    class Job:
+        num_tasks, num_tasks_per_node, num_cpus_per_task = 8, 4, 16
+
+    assert torchmpi_launchers.PalsLauncher().command(Job()) == [
+        "mpiexec", "-n", "8", "--ppn", "4", "--depth", "16"]
+
+
+def test_library_is_package_data():
+    text = (paths.root() / "pyproject.toml").read_text()
+    assert '"data/reframe/*.py"' in text
+    assert (rfmconf.library_dir() / "torchmpi_checks.py").is_file()
+    assert shutil.which("bash") and os.access(rfmconf.library_dir(), os.R_OK)
+
+
+def test_local_doctor_check_fails_on_the_pip_torch_unless_the_site_expects_it(tmp_path):
+    """The checkout's pip torch has no MPI backend: torchmpi_doctor must FAIL naming it, and
+    pass once the site file lists exactly those findings under checks.expected_fail."""
+    doctor = ["-n", "torchmpi_doctor", "-S", "probe=false"]  # static checks: enough here
+    generate(str(_local_site(tmp_path / "a")), tmp_path / "a" / "cfg", "--env", "runtime-sh")
+    proc = run_checks(tmp_path / "a" / "cfg", tmp_path / "a", "-r", *doctor)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    failed = re.search(r"doctor FAIL: \[([^\]]*)\]", out)
+    assert failed and "'backend.mpi'" in failed.group(1), out
+    names = re.findall(r"'([^']+)'", failed.group(1))
+    site = _local_site(tmp_path / "b", {"expected_fail": names})
+    generate(str(site), tmp_path / "b" / "cfg", "--env", "runtime-sh")
+    proc = run_checks(tmp_path / "b" / "cfg", tmp_path / "b", "-r", *doctor)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _checks_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "torchmpi_checks_under_test", rfmconf.library_dir() / "torchmpi_checks.py")
+    if spec.name in sys.modules:
+        return sys.modules[spec.name]
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # ReFrame's test classes look up their own file
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("log", "passes"), [
+    ("plugin-ofi.log", True),              # plugin 1.19.0, cxi, AWS Libfabric, hsn0
+    ("socket-fallback-hsn.log", False),    # no plugin: Using network Socket
+    ("plugin-bootstrap-virbr0.log", False),  # bootstrap on a bridge, not hsn
+])
+def test_nccl_network_sanity_on_recorded_logs(log, passes):
+    """The torchmpi_nccl_network patterns, for a Slingshot site pinned to plugin 1.19.0,
+    against recorded NCCL logs (the all-reduce's own correctness line appended)."""
+    want = {"network": "AWS Libfabric", "provider": "cxi", "plugin": "1.19.0",
+            "bootstrap": rfmconf.bootstrap_pattern("hsn")}
+    text = (paths.root() / "tests/fixtures/nccl-logs" / log).read_text() + "# correctness: OK\n"
+    needles = _checks_module().network_needles(want)
+    assert all(re.search(n, text, re.MULTILINE) for n in needles) == passes

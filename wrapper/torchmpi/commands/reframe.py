@@ -1,0 +1,63 @@
+"""``torchmpi reframe SITE``: a ReFrame configuration and run-checks.sh for the site."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from torchmpi import reframe as rfmconf
+from torchmpi import site as sitemod
+from torchmpi import writable
+
+EXAMPLE = """\
+examples:
+  $ torchmpi reframe derecho -o ~/rfm-derecho     # settings.py + run-checks.sh
+  $ ~/rfm-derecho/run-checks.sh -r -S num_nodes=2 # ReFrame's own options pass through
+  $ torchmpi reframe local --env runtime-sh --prepare '. ~/venv/bin/activate'
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "reframe",
+        help="write a ReFrame configuration for a site and a script running torchmpi's checks",
+        description=(
+            "Write DIR/settings.py (a ReFrame configuration from the site file: scheduler,\n"
+            "launcher and its flags, GPUs per node, features, the environment, performance\n"
+            "references) and DIR/run-checks.sh, which runs ReFrame with it on torchmpi's\n"
+            "check library (doctor, all-reduce per backend, NCCL network), passing its\n"
+            "arguments to ReFrame.  Files not written by this command are not replaced\n"
+            "without --force."
+        ),
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("site", help="site name (see `torchmpi sites`) or path to a site file")
+    p.add_argument("-o", "--output", type=Path, metavar="DIR", default=None,
+                   help="output directory (default: ./reframe-SITE)")
+    p.add_argument("--env", choices=("module", "runtime-sh"), default=None, dest="env_from",
+                   help="how jobs get the site's torch: its modules, or DIR/runtime.sh after "
+                        "--prepare commands (default: module when install.modules_root is "
+                        "set, else runtime-sh)")
+    p.add_argument("--prepare", action="append", default=[], metavar="CMD",
+                   help="a shell command each job runs first, e.g. 'spack load py-torch-mpi' "
+                        "(repeatable; default: none)")
+    p.add_argument("--force", action="store_true",
+                   help="replace files in DIR that torchmpi reframe did not write")
+    p.add_argument("--json", action="store_true", help="what was written, as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    site = sitemod.load(args.site)
+    outdir = args.output or Path(f"reframe-{site.name}")
+    writable.check_dir(outdir, "-o/--output" if args.output else "output directory")
+    out = rfmconf.build(site, outdir, env_from=args.env_from, extra_prepare=args.prepare)
+    written = rfmconf.write(out, force=args.force)
+    if args.json:
+        print(json.dumps({"site": site.name, "output": str(outdir), "written": written},
+                         indent=2))
+    else:
+        print(f"{outdir}: wrote {', '.join(written)}; run {outdir / rfmconf.SCRIPT}")
+    return 0

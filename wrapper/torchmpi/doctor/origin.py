@@ -1,0 +1,81 @@
+"""Whether torch, mpi4py and NCCL come from the site's install, not from a pip wheel.
+
+A ``pip install`` on top of the module can put a PyPI torch (no MPI backend)
+and the ``nvidia-nccl-cu*`` wheel's ``libnccl.so`` (no Slingshot plugin
+settings, its own version) ahead of the site's.  Everything else the doctor
+checks then describes the wheel, so this check names the files actually in use.
+
+Two signs, either enough for FAIL:
+
+* a file under the site's install tree is expected (``--site``: the site file's
+  ``install.root``, Spack's ``$user`` and environment variables expanded); one
+  outside it is someone else's;
+* NCCL loaded from ``site-packages/nvidia/nccl/`` is the PyPI wheel's whatever
+  the site (the layout of NVIDIA's ``nvidia-nccl-cu12`` wheel, which PyPI torch
+  depends on).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from torchmpi.doctor.core import FAIL, PASS, SKIP, Check
+
+NAME = "site.prefix"
+FIX = ("a pip install replaced the site's package: pip uninstall it from your venv (or user "
+       "site), and add packages with torchmpi venv (docs/users.md, Your own packages)")
+_WHEEL_NCCL = re.compile(r"/site-packages/nvidia/nccl/")
+
+
+def locate(loaded_libs: list[str]) -> dict[str, str | None]:
+    """Where torch and mpi4py import from, and the libnccl this process loaded (or None)."""
+    out: dict[str, str | None] = {}
+    for module in ("torch", "mpi4py"):
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            spec = None
+        out[module] = spec.origin if spec is not None else None
+    out["libnccl"] = next((p for p in loaded_libs if "/libnccl.so" in p), None)
+    return out
+
+
+def install_root(site_data: Mapping[str, Any] | None, env: Mapping[str, str]) -> str | None:
+    """The site's Spack install tree as a path on this node, or None when it is not stated."""
+    root = ((site_data or {}).get("install") or {}).get("root")
+    if not root:
+        return None
+    user = env.get("USER", "")
+    root = re.sub(r"\$(\{user\}|user\b)", user, str(root))
+    root = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?",
+                  lambda m: env.get(m.group(1), m.group(0)), root)
+    return os.path.normpath(root)
+
+
+def check_site_prefix(found: Mapping[str, str | None], site_data: Mapping[str, Any] | None,
+                      env: Mapping[str, str]) -> Check:
+    """FAIL when torch, mpi4py or NCCL is a pip wheel's or lies outside the site's install tree."""
+    present = {k: v for k, v in found.items() if v}
+    if not present:
+        return Check(NAME, SKIP, "neither torch, mpi4py nor libnccl found in this process")
+    wheel = [f"libnccl from a pip wheel ({present['libnccl']})"
+             for _ in [0] if _WHEEL_NCCL.search(present.get("libnccl") or "")]
+    root = install_root(site_data, env)
+    outside = []
+    if root is not None:
+        prefix = root.rstrip("/") + "/"
+        outside = [f"{name} from {path}" for name, path in present.items()
+                   if not os.path.normpath(path).startswith(prefix)
+                   and not (name == "libnccl" and wheel)]
+    if wheel or outside:
+        where = f" (the site installs under {root})" if outside else ""
+        return Check(NAME, FAIL, "; ".join(wheel + outside) + where, FIX)
+    listed = ", ".join(f"{name} {path}" for name, path in present.items())
+    if root is None:
+        return Check(NAME, SKIP, f"{listed}; give --site (with install.root) to compare them "
+                                 "with the site's install tree")
+    return Check(NAME, PASS, f"under {root}: {listed}")

@@ -1,0 +1,340 @@
+"""A ReFrame configuration for a site, written from the site file, and the script that runs it.
+
+Centres prove their stacks with ReFrame (CSCS: eth-cscs/cscs-reframe-tests,
+one ``config/systems/<cluster>.py`` per cluster, checks selected by partition
+and environment features).  ``torchmpi reframe <site>`` writes the same shape
+from the site file, so the torchmpi checks (package data,
+``data/reframe/torchmpi_checks.py``) run in the harness the admins already use:
+
+* the scheduler and launcher from ``launcher`` (Slurm: ``srun``; PBS Pro: HPE
+  PALS ``mpiexec --ppn``, a launcher ReFrame lacks and the library registers;
+  ``mpiexec``: the local scheduler with the MPI's own ``mpirun``/``mpiexec``);
+* the launcher flags the site's runtime values need (fabric data
+  ``launcher_flags``, the same rules ``doctor --site`` checks);
+* GPUs per node (``checks.gpus_per_node``) as a device and the scheduler's GPU
+  request (ReFrame's ``_rfm_gpu`` resource);
+* features the checks select on (``torchmpi``, the MPI, the fabric, ``nccl``,
+  ``cuda-aware-mpi``), as alps-uenv's ``extra/reframe.yaml`` declares them for
+  each uenv;
+* the environment: ``module use``/``module load`` (or the site's runtime.sh) as
+  ``prepare_cmds`` with ``modules_system: nomod``, so ReFrame never runs
+  ``module show`` (which fails off the site);
+* performance references from ``checks.references``, each with its source.
+
+The configuration is a Python file (the PALS launcher must be registered before
+ReFrame builds the partitions, which only a Python configuration can do); its
+data is a literal, parsed back with :func:`ast.literal_eval` before anything is
+written, and files are renamed into place.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from pprint import pformat
+from typing import Any
+
+from torchmpi import __version__, render, runtime
+from torchmpi.errors import UserError
+from torchmpi.site import Site
+
+CONFIG = "settings.py"
+SCRIPT = "run-checks.sh"
+RUNTIME = "runtime.sh"
+#: The first line of every file written here: how an old one is recognised as ours.
+MARK = "# Written by torchmpi reframe"
+
+#: site ``launcher`` -> ReFrame scheduler.  ``pbspro`` (not ``pbs``): Derecho runs PBS Pro.
+SCHEDULERS = {"slurm": "slurm", "pbs": "pbspro", "mpiexec": "local"}
+#: The GPU request per scheduler; ReFrame fills ``{num_gpus_per_node}`` (resource ``_rfm_gpu``).
+#: PBS options without a dash are appended to ``-l select`` (reframe/core/schedulers/pbs.py).
+GPU_REQUEST = {"slurm": ["--gpus-per-node={num_gpus_per_node}"],
+               "pbs": ["ngpus={num_gpus_per_node}"]}
+#: What NCCL's log says when it uses the fabric's network (``Using network X``).
+NCCL_NETWORK = {"slingshot": "AWS Libfabric", "ib": "IB", "tcp": "Socket"}
+ENVIRONMENT = "torchmpi"
+
+
+def library_dir() -> Path:
+    """Where the check library and the PALS launcher are installed (package data)."""
+    return Path(str(resources.files("torchmpi").joinpath("data", "reframe")))
+
+
+def launcher(site: Site) -> str:
+    """ReFrame's launcher name for the site."""
+    kind = site.data["launcher"]
+    if kind == "slurm":
+        return "srun"
+    if kind == "pbs":
+        return "pals"
+    return "mpirun" if site.data["mpi"]["kind"].startswith("openmpi") else "mpiexec"
+
+
+def launcher_options(site: Site) -> list[str]:
+    """Launcher flags the site's runtime values need (fabric data ``launcher_flags``)."""
+    env = runtime.environment(site.data)
+    out = []
+    for rule in runtime.launcher_flags():
+        if env.get(rule["variable"]) != rule["value"]:
+            continue
+        if site.data["launcher"] == "slurm":
+            out.append(f"--network={rule['slurm_value']}")
+        elif site.data["launcher"] == "pbs":
+            out.append(rule["pbs_flag"])
+    return out
+
+
+def cuda_aware(site: Site) -> bool:
+    mpi = site.data["mpi"]
+    if not site.gpu:
+        return False
+    if mpi["kind"] == "cray-mpich":
+        return bool(mpi.get("cuda_aware", True))
+    return mpi["kind"] == "openmpi-cuda"
+
+
+def features(site: Site) -> list[str]:
+    """What the checks select on; only what the site file states."""
+    out = ["torchmpi", "mpi", site.data["mpi"]["kind"], site.data["fabric"]]
+    if site.gpu:
+        out += ["gpu", "nvgpu", "cuda", "nccl"]
+    if cuda_aware(site):
+        out.append("cuda-aware-mpi")
+    return out
+
+
+def bootstrap_pattern(ifname: str | None) -> str | None:
+    """NCCL_SOCKET_IFNAME as a regular expression for the ``Bootstrap : Using <if>`` line.
+
+    NCCL takes a comma-separated list of prefixes, ``=`` for exact names and
+    ``^`` to exclude (NCCL environment-variable documentation); an exclusion
+    names no interface to look for.
+    """
+    if not ifname or ifname.startswith("^"):
+        return None
+    exact = ifname.startswith("=")
+    names = [n for n in ifname.lstrip("=").split(",") if n]
+    tail = "" if exact else r"[^:\s]*"
+    return "|".join(re.escape(n) + tail for n in names) or None
+
+
+def nccl_expectations(site: Site) -> dict[str, str]:
+    """What the NCCL log of a multi-node job on this site must say."""
+    if not site.gpu:
+        return {}
+    fabric = site.data["fabric"]
+    out = {"network": NCCL_NETWORK[fabric]}
+    if fabric == "slingshot":
+        out["provider"] = "cxi"
+        plugin = (site.data.get("nccl") or {}).get("plugin")
+        if plugin:
+            out["plugin"] = str(plugin)
+    pattern = bootstrap_pattern(runtime.environment(site.data).get("NCCL_SOCKET_IFNAME"))
+    if pattern:
+        out["bootstrap"] = pattern
+    return out
+
+
+def shell_path(path: str) -> str:
+    """A site path for a shell line: Spack's ``$user`` becomes ``$USER``, the rest is kept."""
+    return re.sub(r"\$(\{user\}|user\b)", "$USER", path)
+
+
+def prepare_cmds(site: Site, env_from: str, outdir: Path, extra: list[str]) -> list[str]:
+    """The shell lines that give a job the site's torch and runtime values.
+
+    ``module``: the modules ``torchmpi render`` configures (docs/users.md, "Load
+    it"); ``runtime-sh``: ``extra`` (e.g. ``spack load py-torch-mpi``) and then the
+    site's runtime.sh, last, so the site's values win (docs/users.md).
+    """
+    cmds = list(extra)
+    if env_from == "module":
+        install = site.data.get("install") or {}
+        root = install.get("modules_root")
+        if not root:
+            raise UserError(f"{site.path}: install.modules_root: not set, so there are no "
+                            "modules to load; use --env runtime-sh")
+        root = shell_path(str(root))
+        mpi = site.data["mpi"]
+        mpi_module = mpi["kind"] + (f"/{mpi['version']}" if mpi.get("version") else "")
+        if install.get("module_system", "lmod") == "lmod":
+            cmds += [f"module use {root}/linux-*/Core", f"module load {mpi_module} py-torch-mpi"]
+        else:
+            cmds += [f"module use {root}/linux-*", "module load py-torch-mpi"]
+        return cmds
+    return cmds + [f". {shlex.quote(str(outdir.absolute() / RUNTIME))}"]
+
+
+def configuration(site: Site, *, env_from: str, outdir: Path,
+                  extra_prepare: list[str]) -> dict[str, Any]:
+    """The ReFrame configuration as data (``site_configuration``)."""
+    data = site.data
+    checks = data.get("checks") or {}
+    kind = data["launcher"]
+    partition: dict[str, Any] = {
+        "name": "gpu" if site.gpu else "cpu",
+        "descr": data["description"],
+        "scheduler": SCHEDULERS[kind],
+        "launcher": launcher(site),
+        "access": list(checks.get("access", [])),
+        "environs": [ENVIRONMENT],
+        "features": features(site),
+        "extras": {"torchmpi": {
+            "site": site.name,
+            "site_file": str(site.path.absolute()),
+            "launcher_options": launcher_options(site),
+            "expected_fail": list(checks.get("expected_fail", [])),
+            "references": [dict(r) for r in checks.get("references", [])],
+            "nccl": nccl_expectations(site),
+            "ranks_per_node": int(checks.get("ranks_per_node", 2)),
+            "cpus_per_node": int(checks.get("cpus_per_node", 0)),
+        }},
+    }
+    if site.gpu:
+        # A GPU site that does not state checks.gpus_per_node gets one rank per node.
+        partition["devices"] = [{"type": "gpu", "arch": f"sm_{site.cuda_arch}",
+                                 "num_devices": int(checks.get("gpus_per_node", 1))}]
+        if kind in GPU_REQUEST:
+            partition["resources"] = [{"name": "_rfm_gpu", "options": GPU_REQUEST[kind]}]
+    if kind == "mpiexec":
+        partition["max_jobs"] = 1  # one job at a time on a workstation
+    return {
+        "systems": [{
+            "name": site.name,
+            "descr": data["description"],
+            "hostnames": list(checks.get("hostnames", [".*"])),
+            "modules_system": "nomod",
+            "partitions": [partition],
+        }],
+        "environments": [{
+            "name": ENVIRONMENT,
+            "features": ["torchmpi"],
+            "target_systems": [site.name],
+            "prepare_cmds": prepare_cmds(site, env_from, outdir, extra_prepare),
+        }],
+    }
+
+
+def _header(site: Site, body: str) -> list[str]:
+    return [
+        f"{MARK} {__version__} from {site.path.name}; do not edit by hand:",
+        f"# run `torchmpi reframe {site.name}` again after changing the site file.",
+        f"# site-sha256: {site.sha256}",
+        f"# body-sha256: {hashlib.sha256(body.encode()).hexdigest()}",
+    ]
+
+
+def config_text(site: Site, config: dict[str, Any]) -> str:
+    """settings.py: the PALS launcher import where needed, then the data as a literal."""
+    body = []
+    if config["systems"][0]["partitions"][0]["launcher"] == "pals":
+        body += ["import sys", "",
+                 f"sys.path.insert(0, {str(library_dir())!r})",
+                 "import torchmpi_launchers  # noqa: E402,F401  (registers 'pals')", ""]
+    body.append(f"site_configuration = {pformat(config, width=99, sort_dicts=False)}")
+    text = "\n".join(body) + "\n"
+    check_config(text, config)
+    return "\n".join(_header(site, text)) + "\n" + text
+
+
+def check_config(text: str, config: dict[str, Any]) -> None:
+    """The text must compile and its ``site_configuration`` must be exactly ``config``."""
+    try:
+        tree = ast.parse(text)
+        value = next(node.value for node in tree.body if isinstance(node, ast.Assign)
+                     and [t.id for t in node.targets if isinstance(t, ast.Name)]
+                     == ["site_configuration"])
+        loaded = ast.literal_eval(value)
+    except (SyntaxError, ValueError, StopIteration) as err:
+        raise UserError(f"{CONFIG}: the written text does not parse back ({err}); nothing "
+                        "was written (a torchmpi bug, please report it)") from None
+    if loaded != config:
+        raise UserError(f"{CONFIG}: the written text does not load back to its data; nothing "
+                        "was written (a torchmpi bug, please report it)")
+
+
+def script_text(site: Site) -> str:
+    """run-checks.sh: ReFrame's own command line with this configuration and the library."""
+    checks = library_dir() / "torchmpi_checks.py"
+    body = "\n".join([
+        "# ReFrame's own command line: this directory's settings.py, torchmpi's checks,",
+        "# and your arguments (default -r: run).  e.g. ./run-checks.sh -l, or",
+        "# ./run-checks.sh -r -n torchmpi_allreduce -S num_nodes=2",
+        "set -euo pipefail",
+        'here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)',
+        'if [ "$#" -eq 0 ]; then set -- -r; fi',
+        f'exec "${{REFRAME:-reframe}}" -C "$here/{CONFIG}" -c {shlex.quote(str(checks))} "$@"',
+    ]) + "\n"
+    bash = shutil.which("bash")
+    if bash:
+        proc = subprocess.run([bash, "-n"], input=body, capture_output=True, text=True,
+                              check=False)
+        if proc.returncode != 0:
+            raise UserError(f"{SCRIPT}: the written text does not parse ({proc.stderr.strip()})")
+    return "#!/bin/bash\n" + "\n".join(_header(site, body)) + "\n" + body
+
+
+@dataclass
+class Output:
+    outdir: Path
+    files: dict[str, str]
+
+
+def build(site: Site, outdir: Path, *, env_from: str | None = None,
+          extra_prepare: list[str] | None = None) -> Output:
+    """Every file's text, each checked, before anything is written."""
+    has_modules = bool((site.data.get("install") or {}).get("modules_root"))
+    env_from = env_from or ("module" if has_modules else "runtime-sh")
+    config = configuration(site, env_from=env_from, outdir=outdir,
+                           extra_prepare=list(extra_prepare or []))
+    files = {CONFIG: config_text(site, config), SCRIPT: script_text(site)}
+    if env_from == "runtime-sh":
+        body = render.runtime_sh(site)  # exactly as `torchmpi render` writes it
+        files[RUNTIME] = MARK + f" {__version__} from {site.path.name}\n" + body
+    return Output(outdir, files)
+
+
+def write(out: Output, force: bool = False) -> list[str]:
+    """Write atomically; a file there that is not ours is replaced only with ``force``."""
+    outdir = out.outdir
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"{outdir}: cannot create the output directory: {err.strerror}") from None
+    foreign = []
+    for name in out.files:
+        path = outdir / name
+        if path.exists():
+            try:
+                first = path.read_text(errors="replace").splitlines()[:2]
+            except OSError:
+                first = []
+            if not any(line.startswith(MARK) for line in first):
+                foreign.append(name)
+    if foreign and not force:
+        raise UserError(f"{outdir}: {', '.join(foreign)} not written by torchmpi reframe; "
+                        "choose another directory, or re-run with --force to replace it")
+    temps = []
+    try:
+        for name, text in out.files.items():
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=outdir)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(text)
+            os.chmod(tmp, 0o755 if name == SCRIPT else 0o644)
+            temps.append((tmp, outdir / name))
+    except OSError as err:
+        for tmp, _ in temps:
+            os.unlink(tmp)
+        raise UserError(f"{outdir}: cannot write: {err.strerror}") from None
+    for tmp, dest in temps:
+        os.replace(tmp, dest)
+    return list(out.files)
