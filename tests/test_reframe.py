@@ -132,9 +132,9 @@ def test_dry_run_job_scripts_carry_the_sites_launch_lines(dry_run):
         assert f". {tmp / 'cfg' / rfmconf.RUNTIME}" in script
 
 
-def test_perlmutter_sets_alt_read_so_its_srun_line_has_the_flag():
+def test_alps_sets_alt_read_so_its_srun_line_has_the_flag():
     """The claim of the parametrized test is not vacuous: a shipped site needs the flag."""
-    env = runtime.environment(sitemod.load("perlmutter").data)
+    env = runtime.environment(sitemod.load("alps-gh200").data)
     assert env.get("FI_CXI_RDZV_PROTO") == "alt_read"
 
 
