@@ -18,7 +18,7 @@ from torchmpi import bump
 from torchmpi.cli import main
 
 MODULES = ("gcc/12.2.0", "gcc/13.2.0", "ncarenv/24.12", "cray-mpich/8.1.29",
-           "cuda/12.4.1", "cudnn/9.2.0.82-12")
+           "cuda/12.4.1", "cudnn/8.8.1.3-12")
 
 
 def _tool(path: Path, version: str) -> None:
@@ -37,7 +37,7 @@ def bumped(tmp_path: Path, monkeypatch) -> Path:
     (root / "opt/cray/pe/mpich/8.1.29/ofi/gnu/9.1").mkdir(parents=True)
     spack = root / "glade/u/apps/common/23.08/spack/opt/spack"
     (spack / "cuda/12.4.1").mkdir(parents=True)
-    (spack / "cudnn/9.2.0.82-12").mkdir(parents=True)
+    (spack / "cudnn/8.8.1.3-12").mkdir(parents=True)
     (root / "opt/cray/libfabric/1.22.0").mkdir(parents=True)
     (root / "usr").mkdir()
     (root / "glade/u/apps/derecho/24.12").mkdir(parents=True)
