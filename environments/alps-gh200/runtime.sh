@@ -1,7 +1,7 @@
 # Rendered by torchmpi 0.1.0 from sites/alps-gh200.yaml; do not edit by hand:
 # change the site file and run `torchmpi render alps-gh200` (docs/sites.md).
 # spack v1.1.0, builtin spack-packages v2026.06.0
-# site-sha256: 3e3acd3d75cf01f6b8be75f926ad5a238124fac1c5b5c0657aa530f0e79500bd
+# site-sha256: cd009afe49b17f48f806c767beebc04da836fe0b35e9ab18dd3f52c624a63274
 # body-sha256: f972e16d874346caca7d2a6ad10aed8a0c9c9c81659a93d96734ab79d017f6e3
 # Runtime variables for jobs on 'alps-gh200' (launcher: slurm, fabric: slingshot).
 # Source this file in the job script; it changes nothing at build time.

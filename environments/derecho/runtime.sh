@@ -1,7 +1,7 @@
 # Rendered by torchmpi 0.1.0 from sites/derecho.yaml; do not edit by hand:
 # change the site file and run `torchmpi render derecho` (docs/sites.md).
 # spack v1.1.0, builtin spack-packages v2026.06.0
-# site-sha256: 77265d48753d903bfc1bde79f514bdc835881565ad519284793e16c2d5c005c1
+# site-sha256: ba6601235fb450b9eb5c497758a4baffbb3dcc536028e0ef8bf560f17c79dbd4
 # body-sha256: b5fae8459a3db55c111d1584be024d9b07ff50f883512c0cb1fc4d212b0a1902
 # Runtime variables for jobs on 'derecho' (launcher: pbs, fabric: slingshot).
 # Source this file in the job script; it changes nothing at build time.

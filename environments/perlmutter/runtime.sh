@@ -1,7 +1,7 @@
 # Rendered by torchmpi 0.1.0 from sites/perlmutter.yaml; do not edit by hand:
 # change the site file and run `torchmpi render perlmutter` (docs/sites.md).
 # spack v1.1.0, builtin spack-packages v2026.06.0
-# site-sha256: 3217de79a05137826fbb26759e7ecd3934144171584fdfee71621ccb53f8c45d
+# site-sha256: ae784a6eff585401335d190bf132ebe75730a571711c942796bffaae9f94066f
 # body-sha256: 1e8c9b3332ad6d67bb544a2e15bf0867c13bd48f375a4c10fcb30bffedabbd6e
 # Runtime variables for jobs on 'perlmutter' (launcher: slurm, fabric: slingshot).
 # Source this file in the job script; it changes nothing at build time.

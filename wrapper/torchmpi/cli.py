@@ -18,7 +18,7 @@ from torchmpi import __version__
 from torchmpi.errors import UserError
 
 #: Verb modules, in the order ``torchmpi --help`` lists them.
-VERBS = ("sites", "render", "concretize", "detect", "doctor", "allreduce")
+VERBS = ("sites", "render", "container", "concretize", "detect", "doctor", "allreduce")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter,
