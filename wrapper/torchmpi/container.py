@@ -262,10 +262,9 @@ def roots(site: Site, p: Plan) -> list[str]:
 def spack_env(site: Site, p: Plan) -> dict[str, Any]:
     """The container environment as data (in-image paths only)."""
     gcc = OS_IMAGES[p.os]["gcc"]
-    family = "aarch64" if p.target == "aarch64" else "x86_64"
     compiler = {
-        "spec": f"gcc@{gcc} languages=c,c++,fortran os={p.os.replace('.', '')}"
-                f" target={family}",
+        # The compiler node obeys `all: require: target=...` like every node.
+        "spec": f"gcc@{gcc} languages=c,c++,fortran os={p.os} target={p.target}",
         "prefix": "/usr",
         "extra_attributes": {"compilers": {"c": "/usr/bin/gcc", "cxx": "/usr/bin/g++",
                                            "fortran": "/usr/bin/gfortran"}},
@@ -521,6 +520,10 @@ def _inject_block(p: Plan, bind_flag: str, env_flag: str) -> list[str]:
         lines.append(f"  inject+=({env_flag} {shlex.quote('LD_LIBRARY_PATH=' + path)})")
     if p.preload:
         lines.append(f"  inject+=({env_flag} {shlex.quote('LD_PRELOAD=' + ':'.join(p.preload))})")
+    if p.runtime == "apptainer":
+        lines += ['  if [ -n "${TORCHMPI_PLUGIN_LIB:-}" ]; then',
+                  f'    inject+=({bind_flag} "$TORCHMPI_PLUGIN_LIB:{PLUGIN_DIR}:ro")',
+                  '  fi']
     lines.append("fi")
     return lines
 
@@ -562,9 +565,6 @@ def apptainer_sh(site: Site, p: Plan) -> str:
             "Launch: mpiexec -n N --ppn 4 --no-transfer ./run.sh python train.py",
             f"TORCHMPI_IMAGE: the .sif (default {site.name}.sif)."]
     body = _inject_block(p, "--bind", "--env")
-    body[-1:-1] = ['  if [ -n "${TORCHMPI_PLUGIN_LIB:-}" ]; then',
-                   f'    inject+=(--bind "$TORCHMPI_PLUGIN_LIB:{PLUGIN_DIR}:ro")',
-                   '  fi']
     body.append('exec apptainer exec --nv --bind /run "${inject[@]}" '
                 + " ".join(_env_args(site, "--env")) + ' "$image" "$@"')
     return _script(site, p, what, body).replace(f"${{TORCHMPI_IMAGE:-{image_name(site)}}}",
