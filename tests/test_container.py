@@ -109,7 +109,7 @@ def test_alps_edf_is_toml_with_the_hook_and_the_sites_variables(tmp_path: Path, 
     hook = edf["annotations"]["com"]["hooks"]["aws_ofi_nccl"]
     assert hook == {"enabled": "true", "variant": "cuda-dl"}
     site = sitemod.load("alps-gh200")
-    assert edf["env"] == runtime.environment(site.data)
+    assert edf["env"] == {"TORCHMPI_CONTAINER": "ce", **runtime.environment(site.data)}
     assert edf["mounts"] == ["/capstor", "/iopsstor"]
     assert edf["image"].endswith(".sqsh")
 

@@ -475,7 +475,7 @@ def edf(site: Site, p: Plan) -> dict[str, Any]:
     """CSCS Container Engine environment definition (eth-cscs/cscs-docs
     docs/software/container-engine/edf.md): image, mounts, hook annotations, [env]."""
     rt = runtime.resolve(site.data)
-    env = dict(rt.set)
+    env = {MARKER: "ce", **rt.set}
     for key, value in rt.prepend_path.items():
         env[key] = f"{value}:${{{key}:-}}"
     for key, value in rt.append_path.items():
@@ -504,8 +504,14 @@ def _toml(data: dict[str, Any], name: str) -> str:
     return text
 
 
-def _env_args(site: Site, flag: str) -> list[str]:
-    return [f"{flag} {shlex.quote(f'{k}={v}')}" for k, v in runtime.environment(site.data).items()]
+#: Set by every descriptor: how ``torchmpi doctor`` knows it runs in a container
+#: even where the runtime leaves no marker of its own (torchmpi.doctor.container).
+MARKER = "TORCHMPI_CONTAINER"
+
+
+def _env_args(site: Site, flag: str, engine: str) -> list[str]:
+    env = {MARKER: engine, **runtime.environment(site.data)}
+    return [f"{flag} {shlex.quote(f'{k}={v}')}" for k, v in env.items()]
 
 
 def _inject_block(p: Plan, bind_flag: str, env_flag: str) -> list[str]:
@@ -550,7 +556,7 @@ def podman_sh(site: Site, p: Plan, devices: bool = False) -> str:
     if devices and site.data["fabric"] == "ib":
         flags.append("--device /dev/infiniband")
     body.append(f'exec podman run {" ".join(flags)} "${{inject[@]}}" '
-                + " ".join(_env_args(site, "-e")) + ' "$image" "$@"')
+                + " ".join(_env_args(site, "-e", "podman")) + ' "$image" "$@"')
     return _script(site, p, what, body)
 
 
@@ -566,7 +572,7 @@ def apptainer_sh(site: Site, p: Plan) -> str:
             f"TORCHMPI_IMAGE: the .sif (default {site.name}.sif)."]
     body = _inject_block(p, "--bind", "--env")
     body.append('exec apptainer exec --nv --bind /run "${inject[@]}" '
-                + " ".join(_env_args(site, "--env")) + ' "$image" "$@"')
+                + " ".join(_env_args(site, "--env", "apptainer")) + ' "$image" "$@"')
     return _script(site, p, what, body).replace(f"${{TORCHMPI_IMAGE:-{image_name(site)}}}",
                                                 f"${{TORCHMPI_IMAGE:-{site.name}.sif}}")
 
@@ -596,7 +602,7 @@ def podman_hpc_sh(site: Site, p: Plan) -> str:
             '  inject+=(--torchmpi)', 'fi']
     gpu = ["--gpu"] if site.gpu else []
     body.append("exec podman-hpc run --rm " + " ".join(gpu) + ' "${inject[@]}" '
-                + " ".join(_env_args(site, "-e")) + ' "$image" "$@"')
+                + " ".join(_env_args(site, "-e", "podman-hpc")) + ' "$image" "$@"')
     return _script(site, p, what, body)
 
 
@@ -609,6 +615,7 @@ def shifter_sh(site: Site, p: Plan) -> str:
             f"the host's stack; the image's NCCL {p.nccl.get('version')} pairs with the",
             f"plugin {p.nccl.get('plugin')} they mount. Source it, then: srun shifter python ..."]
     body = [f"#SBATCH --image={image_name(site)}", f"#SBATCH --module={','.join(modules)}",
+            f"export {MARKER}=shifter",
             *[f"export {k}={shlex.quote(v)}" for k, v in runtime.environment(site.data).items()]]
     return "\n".join(["#!/usr/bin/env bash", *comment(*what).splitlines(), *body]) + "\n"
 

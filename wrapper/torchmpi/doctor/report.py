@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from torchmpi.doctor import core, gpu, mpi, nccl, probe, site_env
+from torchmpi.doctor import container, core, gpu, mpi, nccl, probe, site_env
 from torchmpi.doctor.core import Check, CommandResult, Runner
 
 
@@ -31,6 +31,7 @@ class Inputs:
     driver: gpu.DriverInfo | None = None
     probes: Mapping[str, CommandResult | None] | None = None  # None: probing off
     isfile: Callable[[str], bool] = os.path.isfile  # where the plugin lookup looks
+    container: list[Check] | None = None  # doctor.container's checks, gathered (None: none)
 
 
 def torch_ldd(info: gpu.TorchInfo, runner: Runner) -> str:
@@ -54,6 +55,10 @@ def gather(site: str | None = None, nccl_log: str | None = None, run_probes: boo
     inputs = Inputs(torch=info, env=env, runner=runner, interfaces=nccl.local_interfaces(),
                     torch_ldd=torch_ldd(info, runner), nccl_log=log_text, site=expectation,
                     driver=gpu.probe_driver(runner))
+    site_data = expectation.data if expectation else None
+    inputs.container = container.container_checks(
+        env, nccl.on_slingshot(site_data, inputs.interfaces),
+        (site_data or {}).get("mpi", {}).get("kind") == "cray-mpich")
     if run_probes:
         inputs.probes = probe.run_all(info, runner, env)
         nccl_run = inputs.probes.get("probe.nccl")
@@ -86,6 +91,7 @@ def run_checks(inputs: Inputs) -> list[Check]:
         nccl.check_nccl_interfaces(inputs.nccl_log, nodes),
         site_env.check_site_env(inputs.site, env, nodes),
         site_env.check_launcher_flags(env),
+        *(inputs.container or []),
     ]
 
 
