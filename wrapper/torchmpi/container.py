@@ -81,12 +81,10 @@ CRAY_STANDIN = "mpich@3.4.3 device=ch4 netmod=ofi"
 #: Ubuntu 22.04's gcc is 11.4.0, 24.04's is 13.3.0, Debian 12's 12.2.0
 #: (packages.ubuntu.com gcc-11 11.4.0-1ubuntu1~22.04, gcc-13 13.3.0-6ubuntu2~24.04;
 #: packages.debian.org gcc-12 12.2.0-14).
-#: glibc: Ubuntu 22.04 ships 2.35, 24.04 2.39, Debian 12 2.36 (packages.ubuntu.com,
-#: packages.debian.org libc6); without it Spack records the *rendering* host's libc.
 OS_IMAGES = {
-    "ubuntu22.04": {"gcc": "11.4.0", "glibc": "2.35", "cpu": "docker.io/library/ubuntu:22.04"},
-    "ubuntu24.04": {"gcc": "13.3.0", "glibc": "2.39", "cpu": "docker.io/library/ubuntu:24.04"},
-    "debian12": {"gcc": "12.2.0", "glibc": "2.36", "cpu": "docker.io/library/debian:12.8"},
+    "ubuntu22.04": {"gcc": "11.4.0", "cpu": "docker.io/library/ubuntu:22.04"},
+    "ubuntu24.04": {"gcc": "13.3.0", "cpu": "docker.io/library/ubuntu:24.04"},
+    "debian12": {"gcc": "12.2.0", "cpu": "docker.io/library/debian:12.8"},
 }
 DEFAULT_OS = "ubuntu22.04"
 
@@ -280,8 +278,6 @@ def spack_env(site: Site, p: Plan) -> dict[str, Any]:
         "fortran": {"require": [f"gcc@{gcc}"]},
         "mpi": {"require": [p.mpi.split()[0]]},
         "gcc:": {"buildable": False, "externals": [compiler]},
-        "glibc:": {"buildable": False, "externals": [
-            {"spec": f"glibc@{OS_IMAGES[p.os]['glibc']}", "prefix": "/usr"}]},
         "py-networkx": {"require": ["~default"]},
         "py-torch": {"require": ["~valgrind"]},
     }
