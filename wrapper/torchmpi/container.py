@@ -371,7 +371,7 @@ Instruction = tuple[str, str]
 
 def containerfile_instructions(site: Site, p: Plan) -> list[Instruction]:
     """The Containerfile as (INSTRUCTION, arguments), the data the text must parse back to."""
-    spack_tag, packages_tag, clingo = _pins()
+    _, _, clingo = _pins()  # the Spack trees come from the build context, at the pins
     build, final = base_images(site, p)
     spack = f"SPACK_PYTHON={SPACK_PYTHON}/bin/python {SPACK_DIR}/bin/spack"
     os_pkgs = ("build-essential gfortran python3 python3-venv git curl ca-certificates"
@@ -408,7 +408,6 @@ def containerfile_instructions(site: Site, p: Plan) -> list[Instruction]:
     out.append(("ENTRYPOINT", '["/bin/bash", "-c", ". ' + ENV_DIR + '/activate.sh && exec'
                               ' \\"$@\\"", "--"]'))
     out.append(("CMD", '["python", "-c", "import torch; print(torch.__version__)"]'))
-    _ = (spack_tag, packages_tag)  # in the labels; the trees come from the build context
     return out
 
 
@@ -536,9 +535,9 @@ def _inject_block(p: Plan, bind_flag: str, env_flag: str) -> list[str]:
     return lines
 
 
-def _script(site: Site, p: Plan, what: list[str], body: list[str]) -> str:
+def _script(site: Site, what: list[str], body: list[str], image: str | None = None) -> str:
     head = ["#!/usr/bin/env bash", *comment(*what).splitlines(), "set -euo pipefail",
-            f"image=${{TORCHMPI_IMAGE:-{image_name(site)}}}"]
+            f"image=${{TORCHMPI_IMAGE:-{image or image_name(site)}}}"]
     return "\n".join(head + body) + "\n"
 
 
@@ -559,7 +558,7 @@ def podman_sh(site: Site, p: Plan, devices: bool = False) -> str:
         flags.append("--device /dev/infiniband")
     body.append(f'exec podman run {" ".join(flags)} "${{inject[@]}}" '
                 + " ".join(_env_args(site, "-e", "podman")) + ' "$image" "$@"')
-    return _script(site, p, what, body)
+    return _script(site, what, body)
 
 
 def apptainer_sh(site: Site, p: Plan) -> str:
@@ -575,8 +574,7 @@ def apptainer_sh(site: Site, p: Plan) -> str:
     body = _inject_block(p, "--bind", "--env")
     body.append('exec apptainer exec --nv --bind /run "${inject[@]}" '
                 + " ".join(_env_args(site, "--env", "apptainer")) + ' "$image" "$@"')
-    return _script(site, p, what, body).replace(f"${{TORCHMPI_IMAGE:-{image_name(site)}}}",
-                                                f"${{TORCHMPI_IMAGE:-{site.name}.sif}}")
+    return _script(site, what, body, image=f"{site.name}.sif")
 
 
 def podman_hpc_module(site: Site, p: Plan) -> dict[str, Any]:
@@ -605,7 +603,7 @@ def podman_hpc_sh(site: Site, p: Plan) -> str:
     gpu = ["--gpu"] if site.gpu else []
     body.append("exec podman-hpc run --rm " + " ".join(gpu) + ' "${inject[@]}" '
                 + " ".join(_env_args(site, "-e", "podman-hpc")) + ' "$image" "$@"')
-    return _script(site, p, what, body)
+    return _script(site, what, body)
 
 
 def shifter_sh(site: Site, p: Plan) -> str:
