@@ -23,6 +23,7 @@ import yaml
 from conftest import edited_site
 from podman_kit import IMAGE_LIB, build_image, parse_probe, podman_env, stub
 from torchmpi import container
+from torchmpi.doctor import container as doctor_container
 
 pytestmark = pytest.mark.skipif(
     not shutil.which("podman") or os.geteuid() != 0,
@@ -84,6 +85,12 @@ def test_apptainer_bind_model_maps_the_host_libraries(image, tmp_path: Path) -> 
     assert maps["libnccl-net.so"] == f"{container.PLUGIN_DIR}/libnccl-net.so"
     # CUDA-aware site: GTL preloaded from the host, before anything else asked for it.
     assert maps["libmpi_gtl_cuda.so.0"] == str(tree["libmpi_gtl_cuda.so.0"])
+    # The doctor's rule, on this container's real mount table: injected = bind-mounted.
+    mounts = doctor_container.mount_points(
+        _run(out / "run-podman.sh", image, env, "/bin/cat", "/proc/self/mountinfo"))
+    assert {doctor_container.origin(maps[lib], mounts) for lib in (*PROBED,
+                                                                   "libmpi_gtl_cuda.so.0")} \
+        == {"host"}
 
     # Negative control: the same script with injection off runs on the image's copies.
     off = dict(env, TORCHMPI_CONTAINER_INJECT="0")
@@ -92,6 +99,9 @@ def test_apptainer_bind_model_maps_the_host_libraries(image, tmp_path: Path) -> 
     assert origins == dict.fromkeys(PROBED, "image")
     assert {maps[lib] for lib in PROBED} == {f"{IMAGE_LIB}/{lib}" for lib in PROBED}
     assert "libmpi_gtl_cuda.so.0" not in maps
+    mounts = doctor_container.mount_points(
+        _run(out / "run-podman.sh", image, off, "/bin/cat", "/proc/self/mountinfo"))
+    assert {doctor_container.origin(maps[lib], mounts) for lib in PROBED} == {"image"}
 
 
 def test_site_without_cuda_aware_mpi_preloads_no_gtl(image, tmp_path: Path) -> None:

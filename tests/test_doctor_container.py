@@ -39,8 +39,11 @@ def test_image_libfabric_on_slingshot_fails_with_the_fix() -> None:
     inside = {"TORCHMPI_CONTAINER": "apptainer"}
     found = {"libmpi.so.12": "/opt/cray/pe/mpich/8.1.27/ofi/gnu/9.1/lib-abi-mpich/libmpi.so.12",
              "libfabric.so.1": IMAGE_FABRIC, "libnccl-net.so": "/opt/host/plugin/libnccl-net.so"}
+    mounts = ["/", "/proc", "/opt/cray/pe/mpich/8.1.27/ofi/gnu/9.1/lib-abi-mpich",
+              "/opt/host/plugin"]
     checks = {c.name: c for c in dc.container_checks(inside, True, True,
-                                                     resolve=lambda names: found)}
+                                                     resolve=lambda names: found,
+                                                     mounts=mounts)}
     assert checks["container"].status == "PASS"
     assert checks["container.mpi"].status == "PASS" and "host" in checks["container.mpi"].detail
     assert checks["container.plugin"].status == "PASS"
@@ -49,14 +52,16 @@ def test_image_libfabric_on_slingshot_fails_with_the_fix() -> None:
     assert "torchmpi container SITE" in fabric.fix
     # Off Slingshot the image's libfabric is what the image is for.
     checks = {c.name: c for c in dc.container_checks(inside, False, False,
-                                                     resolve=lambda names: found)}
+                                                     resolve=lambda names: found,
+                                                     mounts=mounts)}
     assert checks["container.libfabric"].status == "PASS"
 
 
 def test_image_mpi_on_a_cray_site_warns() -> None:
     found = {"libmpi.so.12": "/opt/views/view/lib/libmpi.so.12"}
     checks = {c.name: c for c in dc.container_checks({"TORCHMPI_CONTAINER": "podman"}, True,
-                                                     True, resolve=lambda names: found)}
+                                                     True, resolve=lambda names: found,
+                                                     mounts=["/"])}
     assert checks["container.mpi"].status == "WARN"
     assert checks["container.libfabric"].status == "SKIP"
 
@@ -67,3 +72,21 @@ def test_outside_a_container_nothing_is_probed() -> None:
 
     checks = dc.container_checks({}, True, True, exists=lambda p: False, resolve=resolve)
     assert [(c.name, c.status) for c in checks] == [("container", "SKIP")]
+
+
+def test_an_image_library_in_usr_lib_is_the_images() -> None:
+    """An NGC-style image keeps its own libfabric in /usr/lib: on the root file system,
+    so the image's (a rule on paths called it the host's: a false PASS on Slingshot)."""
+    found = {"libfabric.so.1": "/usr/lib/x86_64-linux-gnu/libfabric.so.1.20.0"}
+    checks = {c.name: c for c in dc.container_checks(
+        {"TORCHMPI_CONTAINER": "podman"}, True, False, resolve=lambda names: found,
+        mounts=["/", "/proc", "/dev", "/sys", "/etc/hosts"])}
+    assert checks["container.libfabric"].status == "FAIL"
+
+
+def test_mount_points_of_a_real_mountinfo() -> None:
+    text = Path("/proc/self/mountinfo").read_text()
+    points = dc.mount_points(text)
+    assert "/" in points and "/proc" in points
+    assert dc.mount_points("36 35 98:0 /a /mnt/with\\040space rw - ext3 /dev/x rw\n") == [
+        "/mnt/with space"]

@@ -1,8 +1,10 @@
 """Inside a container: is the MPI, libfabric and NCCL plugin the host's or the image's?
 
 A container built by ``torchmpi container`` carries its own MPICH, libfabric
-and plugin under Spack's in-image tree (``/opt/software``, ``/opt/views``); the
-site's descriptor puts the host's first on the library path.  If the
+and plugin; the site's descriptor bind-mounts the host's and puts them first on
+the library path.  A library is the host's when the file a process maps sits
+on a bind mount (``/proc/self/mountinfo``), the image's when it sits on the
+container's root file system.  If the
 injection did not happen, everything still *runs* -- on the image's libfabric,
 whose providers cannot drive the Slingshot NIC (CSCS measured 19.8 -> 1.6 GB/s
 all-reduce busbw without the hook).  So the question is answered the way the
@@ -19,14 +21,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
 
 from torchmpi.doctor.core import FAIL, PASS, SKIP, WARN, Check
 
-#: Spack's in-image trees (``spack containerize`` conventions): a library there is the image's.
-IMAGE_PREFIXES = ("/opt/software/", "/opt/views/", "/opt/spack-environment/")
+#: Kernel file systems mounted into every container: never where a library comes from.
+_VIRTUAL = ("/proc", "/sys", "/dev")
 
 #: (check name, soname dlopened, what it is).
 LIBRARIES = (
@@ -83,27 +86,57 @@ def mapped_libraries(names: list[str], env: Mapping[str, str] | None = None
         return dict.fromkeys(names)
 
 
-def origin(path: str) -> str:
-    """"image" for a file under Spack's in-image trees, else "host" (an injected path)."""
-    return "image" if path.startswith(IMAGE_PREFIXES) else "host"
+def mount_points(mountinfo: str) -> list[str]:
+    """Mount points of ``/proc/self/mountinfo`` (field 5, octal escapes undone)."""
+    out = []
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) > 4:
+            out.append(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+    return out
+
+
+def read_mount_points() -> list[str]:
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            return mount_points(fh.read())
+    except OSError:
+        return []
+
+
+def origin(path: str, mounts: list[str]) -> str:
+    """"host" for a file on a bind mount (injected into the container), "image" for one
+    on the container's root file system.
+
+    The rule holds for every way torchmpi's descriptors inject (bind mounts of
+    directories, CE's hook mounting a host file over the image's), unlike a rule
+    on paths: an NGC image's own libfabric lives in /usr/lib like a host's would.
+    """
+    best = "/"
+    for point in mounts:
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > len(best):
+            best = point
+    return "image" if best == "/" or best.startswith(_VIRTUAL) else "host"
 
 
 def container_checks(env: Mapping[str, str], slingshot: bool, cray_site: bool,
                      exists: Callable[[str], bool] = os.path.exists,
-                     resolve: Callable[[list[str]], dict[str, str | None]] | None = None
-                     ) -> list[Check]:
+                     resolve: Callable[[list[str]], dict[str, str | None]] | None = None,
+                     mounts: list[str] | None = None) -> list[Check]:
     """``container.*`` checks; all SKIP outside a container (nothing is probed there)."""
     where = which_container(env, exists)
     if where is None:
         return [Check("container", SKIP, "not in a container")]
     found = (resolve or mapped_libraries)([soname for _, soname, _ in LIBRARIES])
+    mounts = read_mount_points() if mounts is None else mounts
     checks = [Check("container", PASS, f"in a container: {where}")]
     for name, soname, what in LIBRARIES:
         path = found.get(soname)
         if path is None:
             checks.append(Check(name, SKIP, f"{soname} not found ({what})"))
             continue
-        side = origin(path)
+        side = origin(path, mounts)
         detail = f"{what} from the {side}: {path}"
         if side == "host":
             checks.append(Check(name, PASS, detail))
