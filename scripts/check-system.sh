@@ -10,11 +10,19 @@
 # with a less obvious message.
 set -euo pipefail
 
+# The container tests (tests/test_container_podman.py) run rootful podman with
+# runc (crun 1.8 refuses this VM's hybrid cgroups; the settings are the
+# project's, scripts/podman/containers.conf), fuse-overlayfs for podman-hpc's
+# store, and build their tiny image from this host's static busybox.
 # "command debian-package" pairs; add a line when a test needs another tool.
 REQUIRED="
 mpirun openmpi-bin
 ompi_info openmpi-bin
 mpicc libopenmpi-dev
+podman podman
+runc runc
+fuse-overlayfs fuse-overlayfs
+busybox busybox-static
 "
 
 missing=""

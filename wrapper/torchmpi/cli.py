@@ -18,8 +18,8 @@ from torchmpi import __version__
 from torchmpi.errors import UserError
 
 #: Verb modules, in the order ``torchmpi --help`` lists them.
-VERBS = ("sites", "render", "concretize", "bump-check", "detect", "doctor", "allreduce",
-         "reframe", "venv")
+VERBS = ("sites", "render", "container", "concretize", "bump-check", "detect", "doctor",
+         "allreduce", "reframe", "venv")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter,

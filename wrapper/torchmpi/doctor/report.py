@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from torchmpi.doctor import core, gpu, mpi, nccl, origin, probe, site_env
+from torchmpi.doctor import container, core, gpu, mpi, nccl, origin, probe, site_env
 from torchmpi.doctor.core import Check, CommandResult, Runner
 
 
@@ -33,6 +33,7 @@ class Inputs:
     #: what a child mapped loading each plugin name (:func:`nccl.resolve_plugin`)
     plugin_maps: Mapping[str, nccl.Mapped] | None = None
     origins: Mapping[str, str | None] | None = None  # torch, mpi4py, libnccl files in use
+    container: list[Check] | None = None  # doctor.container's checks, gathered (None: none)
 
 
 def torch_ldd(info: gpu.TorchInfo, runner: Runner) -> str:
@@ -58,6 +59,10 @@ def gather(site: str | None = None, nccl_log: str | None = None, run_probes: boo
                     driver=gpu.probe_driver(runner),
                     plugin_maps=nccl.resolve_plugin(env, runner) if info.nccl else None)
     inputs.origins = origin.locate(info.loaded_libs)
+    site_data = expectation.data if expectation else None
+    inputs.container = container.container_checks(
+        env, nccl.on_slingshot(site_data, inputs.interfaces),
+        (site_data or {}).get("mpi", {}).get("kind") == "cray-mpich")
     if run_probes:
         kind = (mpi.classify_libraries(info.loaded_libs) or (None,))[0]
         if kind is None and (env.get("CRAY_MPICH_VERSION") or env.get("CRAY_MPICH_DIR")):
@@ -96,6 +101,7 @@ def run_checks(inputs: Inputs) -> list[Check]:
         site_env.check_site_env(inputs.site, env, nodes),
         site_env.check_launcher_flags(env),
         origin.check_site_prefix(inputs.origins or {}, site_data, env),
+        *(inputs.container or []),
     ]
 
 

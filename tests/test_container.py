@@ -1,0 +1,232 @@
+"""`torchmpi container SITE`: the rendered files, read back the way their consumers read them.
+
+spack.yaml with a YAML loader, the EDF with :mod:`tomllib`, scripts with
+``bash -n``, the Containerfile with the tool's parser and its checks.  No Spack
+and no container runtime here (tests/test_container_solve.py concretizes,
+tests/test_container_podman.py runs podman).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import tomllib
+import yaml
+from conftest import edited_site
+from torchmpi import container, runtime
+from torchmpi import site as sitemod
+from torchmpi.cli import main
+
+SITES = sitemod.available()
+
+#: Host paths of the shipped sites that must never reach the image recipe.
+HOST_PATHS = ("/glade", "/opt/cray", "/global", "/capstor", "/user-environment",
+              "/usr/local/cuda-",
+              "../", "$PSCRATCH", "$user")
+
+
+def render_cli(tmp_path: Path, site: str, capsys) -> Path:
+    out = tmp_path / site
+    assert main(["container", site, "-o", str(out)]) == 0, capsys.readouterr()
+    return out
+
+
+def _strings(node) -> list[str]:
+    if isinstance(node, dict):
+        return [s for k, v in node.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(node, list):
+        return [s for v in node for s in _strings(v)]
+    return [node] if isinstance(node, str) else []
+
+
+@pytest.mark.parametrize("name", SITES)
+def test_container_spack_yaml_is_self_contained(name: str, tmp_path: Path, capsys) -> None:
+    out = render_cli(tmp_path, name, capsys)
+    env = yaml.safe_load((out / "spack.yaml").read_text())["spack"]
+    assert "include" not in env
+    site = sitemod.load(name)
+    text = (out / "spack.yaml").read_text()
+    for host in HOST_PATHS:
+        assert host not in text.split("site-sha256")[1], (name, host)
+    for value in _strings(env):
+        if "/" in value and not value.startswith(("@", "py-", "gcc@", "cuda@", "mpich@")):
+            assert value.startswith(("/opt/", "/usr")), (name, value)
+    assert env["repos"]["torchmpi"] == "/opt/torchmpi/spack_repo/torchmpi"
+    assert env["develop"]["py-torchmpi"]["path"] == "/opt/torchmpi"
+    assert env["config"]["shared_linking"] == {"type": "runpath"}
+    target = container.generic_target(site)
+    assert all(s.endswith(f" target={target}") for s in env["specs"])
+    assert target in ("x86_64_v3", "x86_64_v2", "x86_64", "aarch64")
+    externals = [e for pkg in env["packages"].values() if isinstance(pkg, dict)
+                 for e in pkg.get("externals", [])]
+    assert {e["prefix"] for e in externals} <= {"/usr", "/usr/local/cuda"}
+
+
+def test_generic_targets_of_the_shipped_sites() -> None:
+    got = {n: container.generic_target(sitemod.load(n)) for n in
+           ("alps-gh200", "derecho", "perlmutter", "generic-ib")}
+    assert got == {"alps-gh200": "aarch64", "derecho": "x86_64_v3",
+                   "perlmutter": "x86_64_v3", "generic-ib": "x86_64_v3"}
+
+
+@pytest.mark.parametrize("name", SITES)
+def test_containerfile_is_pinned_and_labelled(name: str, tmp_path: Path, capsys) -> None:
+    out = render_cli(tmp_path, name, capsys)
+    text = (out / "Containerfile").read_text()
+    instructions = container.parse_containerfile(text)
+    assert container.check_containerfile(instructions) == []
+    froms = [a for w, a in instructions if w == "FROM"]
+    assert len(froms) == 3 and "latest" not in text
+    assert not [a for w, a in instructions if w == "ENV"]
+    label = " ".join(a for w, a in instructions if w == "LABEL")
+    site = sitemod.load(name)
+    assert f"org.torchmpi.site-sha256={site.sha256}" in label
+    assert "org.torchmpi.spack=v1.1.0" in label and "spack-packages=v2026.06.0" in label
+    nccl = (site.data["container"].get("nccl") or site.data.get("nccl") or {})
+    if nccl.get("plugin"):
+        assert f"org.torchmpi.nccl={nccl['version']}" in label
+        assert f"org.torchmpi.aws-ofi-nccl={nccl['plugin']}" in label
+    # Every COPY source without --from is in the build context the script makes.
+    sources = {a.split()[0] for w, a in instructions if w == "COPY" and "--from" not in a}
+    assert sources == {"spack", "spack-packages", "torchmpi", "spack.yaml"}
+
+
+def test_containerfile_check_refuses_latest_unknown_stage_and_baked_nccl() -> None:
+    bad = container.parse_containerfile(
+        "FROM docker.io/library/ubuntu:latest AS a\nFROM ubuntu AS b\n"
+        "COPY --from=nowhere /x /x\nENV NCCL_NET=Socket\nENV FI_PROVIDER=tcp\n")
+    errors = container.check_containerfile(bad)
+    assert len(errors) == 5, errors
+
+
+def test_alps_edf_is_toml_with_the_hook_and_the_sites_variables(tmp_path: Path, capsys) -> None:
+    out = render_cli(tmp_path, "alps-gh200", capsys)
+    edf = tomllib.loads((out / "alps-gh200.toml").read_text())
+    hook = edf["annotations"]["com"]["hooks"]["aws_ofi_nccl"]
+    assert hook == {"enabled": "true", "variant": "cuda-dl"}
+    site = sitemod.load("alps-gh200")
+    assert edf["env"] == {"TORCHMPI_CONTAINER": "ce", **runtime.environment(site.data)}
+    assert edf["mounts"] == ["/capstor", "/iopsstor"]
+    assert edf["image"].endswith(".sqsh")
+
+
+@pytest.mark.parametrize("name", SITES)
+def test_scripts_parse(name: str, tmp_path: Path, capsys) -> None:
+    out = render_cli(tmp_path, name, capsys)
+    scripts = sorted(out.glob("*.sh"))
+    if sitemod.load(name).data["container"]["runtime"] != "ce":
+        assert scripts
+    for script in scripts:
+        proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True,
+                              check=False)
+        assert proc.returncode == 0, (script, proc.stderr)
+
+
+def test_derecho_wrapper_is_derived_from_the_site_file(tmp_path: Path, capsys) -> None:
+    out = render_cli(tmp_path, "derecho", capsys)
+    text = (out / "run.sh").read_text()
+    site = sitemod.load("derecho")
+    abi = f"{site.data['mpi']['prefix']}/lib-abi-mpich"
+    assert f"--bind {abi}:{abi}:ro" in text
+    assert f"{site.data['libfabric']['prefix']}/lib64" in text
+    assert "LD_PRELOAD=/opt/cray/pe/mpich/8.1.27/gtl/lib/libmpi_gtl_cuda.so.0" in text
+    for key, value in runtime.environment(site.data).items():
+        assert f"{key}={value}" in text
+    assert text.startswith("#!/usr/bin/env bash\n")
+
+
+def test_gtl_is_preloaded_only_where_the_site_is_cuda_aware(tmp_path: Path, capsys) -> None:
+    def off(data):
+        data["mpi"]["cuda_aware"] = False
+        data["runtime"]["env"]["MPICH_GPU_SUPPORT_ENABLED"] = 0
+
+    site = edited_site(tmp_path, "derecho", off)
+    files = container.render(site)
+    assert "LD_PRELOAD" not in files["run.sh"] and "gtl" not in files["run.sh"]
+    assert "LD_PRELOAD" in container.render(sitemod.load("derecho"))["run.sh"]
+    assert "~cuda" in yaml.safe_load(files["spack.yaml"])["spack"]["packages"]["mpich"][
+        "require"][0]
+
+
+def test_perlmutter_podman_hpc_module_binds_the_host_stack(tmp_path: Path, capsys) -> None:
+    out = render_cli(tmp_path, "perlmutter", capsys)
+    module = yaml.safe_load((out / "torchmpi-podman-hpc.yaml").read_text())
+    binds = dict(b.split(":") for b in module["bind"])
+    assert binds["/opt/cray/pe/mpich/8.1.28/ofi/gnu/12.3/lib-abi-mpich"] == "/opt/host/0"
+    assert binds["/opt/cray/libfabric/1.15.2.0/lib64"] == "/opt/host/1"
+    assert "-e LD_PRELOAD=/opt/host/2/libmpi_gtl_cuda.so.0" in module["additional_args"]
+    assert "--torchmpi" in (out / "run.sh").read_text()
+
+
+# --- refusals: nothing is written -----------------------------------------------------------
+
+def _refused(tmp_path: Path, site_path: Path, capsys) -> str:
+    out = tmp_path / "out"
+    assert main(["container", str(site_path), "-o", str(out)]) == 2
+    assert not out.exists() or not any(out.iterdir())
+    return capsys.readouterr().err
+
+
+def test_ce_without_the_hooks_pair_is_refused(tmp_path: Path, capsys) -> None:
+    site = edited_site(tmp_path, "alps-gh200", lambda d: d["container"].pop("nccl"))
+    err = _refused(tmp_path, site.path, capsys)
+    assert "container.nccl" in err and "CE aws_ofi_nccl hook" in err and "2.29.2-1+1.18.0" in err
+
+
+def test_unvouched_pair_is_refused(tmp_path: Path, capsys) -> None:
+    def edit(d):
+        d["container"]["nccl"] = {"version": "2.21.5-1", "plugin": "1.18.0"}
+
+    err = _refused(tmp_path, edited_site(tmp_path, "alps-gh200", edit).path, capsys)
+    assert "not a vouched pair" in err
+
+
+def test_ce_on_infiniband_is_refused(tmp_path: Path, capsys) -> None:
+    site = edited_site(tmp_path, "generic-ib", lambda d: d["container"].update(runtime="ce"))
+    err = _refused(tmp_path, site.path, capsys)
+    assert "runtime: ce" in err and "fabric is ib" in err
+
+
+def test_bind_model_needs_cray_mpich(tmp_path: Path, capsys) -> None:
+    site = edited_site(tmp_path, "generic-ib",
+                       lambda d: d["container"].update(runtime="apptainer"))
+    err = _refused(tmp_path, site.path, capsys)
+    assert "Cray MPICH" in err and "openmpi-cuda" in err
+
+
+def test_site_without_container_key_is_refused(tmp_path: Path, capsys) -> None:
+    site = edited_site(tmp_path, "derecho", lambda d: d.pop("container"))
+    assert "no `container:` key" in _refused(tmp_path, site.path, capsys)
+
+
+def test_unknown_runtime_is_a_schema_error(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "derecho.yaml"
+    text = (sitemod.resolve("derecho")).read_text().replace("runtime: apptainer",
+                                                            "runtime: docker")
+    path.write_text(text)
+    err = _refused(tmp_path, path, capsys)
+    line = text.splitlines().index("  runtime: docker") + 1
+    assert re.search(rf"derecho.yaml:{line}:\d+", err) and "container.runtime" in err
+    assert "Traceback" not in err
+
+
+def test_rewrite_is_atomic_and_hand_edits_are_kept(tmp_path: Path, capsys) -> None:
+    out = render_cli(tmp_path, "derecho", capsys)
+    run = out / "run.sh"
+    run.write_text(run.read_text() + "# my change\n")
+    assert main(["container", "derecho", "-o", str(out)]) == 2
+    assert "edited by hand" in capsys.readouterr().err
+    assert main(["container", "derecho", "-o", str(out), "--force"]) == 0
+    assert "# my change" not in run.read_text()
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.skipif(not shutil.which("bash"), reason="no bash")
+def test_container_help_names_the_verb(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["container", "--help"])
+    assert "Containerfile" in capsys.readouterr().out

@@ -1,0 +1,188 @@
+"""The generated descriptors inject the host's libraries for real (podman, podman-hpc).
+
+A stand-in host tree of stub libraries (Cray MPICH's ``lib-abi-mpich/libmpi.so.12``,
+GTL, ``libfabric.so.1``, the site's ``libnccl-net.so``), each answering "host",
+is built with gcc in a tmp dir; the site file's prefixes point there.  The
+*generated* run script starts a small image whose own copies answer "image";
+a probe in the container dlopens the libraries by name and prints
+``/proc/self/maps``.  With injection on, what is mapped comes from the host
+paths; with ``TORCHMPI_CONTAINER_INJECT=0`` from the image (negative control).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import edited_site
+from podman_kit import IMAGE_LIB, build_image, parse_probe, podman_env, stub
+from torchmpi import container
+from torchmpi.doctor import container as doctor_container
+
+pytestmark = pytest.mark.skipif(
+    not shutil.which("podman") or os.geteuid() != 0,
+    reason="needs rootful podman (scripts/check-system.sh installs it)")
+
+PROBED = ("libmpi.so.12", "libfabric.so.1", "libnccl-net.so")
+
+
+@pytest.fixture(scope="session")
+def image(tmp_path_factory) -> str:
+    return build_image(tmp_path_factory.mktemp("probe-image"))
+
+
+def host_tree(root: Path, mpi_version: str) -> dict[str, Path]:
+    """Stub libraries at a Cray layout below ``root`` (never at the real /opt/cray)."""
+    mpich = root / "opt/cray/pe/mpich" / mpi_version
+    tree = {
+        "libmpi.so.12": mpich / "ofi/gnu/9.1/lib-abi-mpich/libmpi.so.12",
+        "libmpi_gtl_cuda.so.0": mpich / "gtl/lib/libmpi_gtl_cuda.so.0",
+        "libfabric.so.1": root / "opt/cray/libfabric/1.15.2.0/lib64/libfabric.so.1",
+        "libnccl-net.so": root / "plugin/lib/libnccl-net.so",
+    }
+    for path in tree.values():
+        stub(path, "host")
+    return tree
+
+
+def _point_at(root: Path):
+    def edit(data):
+        data["mpi"]["prefix"] = f"{root}/opt/cray/pe/mpich/8.1.27/ofi/gnu/9.1"
+        data["libfabric"]["prefix"] = f"{root}/opt/cray/libfabric/1.15.2.0"
+    return edit
+
+
+def _run(script: Path, image: str, env: dict[str, str], *args: str) -> str:
+    proc = subprocess.run(["bash", str(script), *args], env=podman_env(env),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_apptainer_bind_model_maps_the_host_libraries(image, tmp_path: Path) -> None:
+    """derecho's descriptor, run through plain podman (run-podman.sh, the same injection)."""
+    host = tmp_path / "host"
+    tree = host_tree(host, "8.1.27")
+    site = edited_site(tmp_path, "derecho", _point_at(host))
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, text in container.render(site).items():
+        (out / name).write_text(text)
+    env = dict(os.environ, TORCHMPI_IMAGE=image,
+               TORCHMPI_PLUGIN_LIB=str(tree["libnccl-net.so"].parent))
+
+    origins, maps = parse_probe(_run(out / "run-podman.sh", image, env, "/usr/bin/probe",
+                                     *PROBED))
+    assert origins == dict.fromkeys(PROBED, "host")
+    assert maps["libmpi.so.12"] == str(tree["libmpi.so.12"])
+    assert maps["libfabric.so.1"] == str(tree["libfabric.so.1"])
+    assert maps["libnccl-net.so"] == f"{container.PLUGIN_DIR}/libnccl-net.so"
+    # CUDA-aware site: GTL preloaded from the host, before anything else asked for it.
+    assert maps["libmpi_gtl_cuda.so.0"] == str(tree["libmpi_gtl_cuda.so.0"])
+    # The doctor's rule, on this container's real mount table: injected = bind-mounted.
+    mounts = doctor_container.mount_points(
+        _run(out / "run-podman.sh", image, env, "/bin/cat", "/proc/self/mountinfo"))
+    assert {doctor_container.origin(maps[lib], mounts) for lib in (*PROBED,
+                                                                   "libmpi_gtl_cuda.so.0")} \
+        == {"host"}
+
+    # Negative control: the same script with injection off runs on the image's copies.
+    off = dict(env, TORCHMPI_CONTAINER_INJECT="0")
+    origins, maps = parse_probe(_run(out / "run-podman.sh", image, off, "/usr/bin/probe",
+                                     *PROBED))
+    assert origins == dict.fromkeys(PROBED, "image")
+    assert {maps[lib] for lib in PROBED} == {f"{IMAGE_LIB}/{lib}" for lib in PROBED}
+    assert "libmpi_gtl_cuda.so.0" not in maps
+    mounts = doctor_container.mount_points(
+        _run(out / "run-podman.sh", image, off, "/bin/cat", "/proc/self/mountinfo"))
+    assert {doctor_container.origin(maps[lib], mounts) for lib in PROBED} == {"image"}
+
+
+def test_site_without_cuda_aware_mpi_preloads_no_gtl(image, tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    host_tree(host, "8.1.27")
+
+    def edit(data):
+        _point_at(host)(data)
+        data["mpi"]["cuda_aware"] = False
+        data["runtime"]["env"]["MPICH_GPU_SUPPORT_ENABLED"] = 0
+
+    files = container.render(edited_site(tmp_path, "derecho", edit))
+    script = tmp_path / "run-podman.sh"
+    script.write_text(files["run-podman.sh"])
+    origins, maps = parse_probe(_run(script, image, dict(os.environ, TORCHMPI_IMAGE=image),
+                                     "/usr/bin/probe", "libmpi.so.12"))
+    assert origins == {"libmpi.so.12": "host"}
+    assert "libmpi_gtl_cuda.so.0" not in maps
+
+
+@pytest.fixture(scope="session")
+def podman_hpc() -> str:
+    exe = Path(sys.executable).parent / "podman-hpc"
+    if not exe.exists():
+        pytest.skip("podman-hpc not installed in the venv (requirements.txt)")
+    return str(exe)
+
+
+def test_podman_hpc_module_maps_the_host_libraries(image, podman_hpc, tmp_path: Path,
+                                                   request) -> None:
+    """perlmutter's run.sh through podman-hpc, with the module the tool generated."""
+    host = tmp_path / "host"
+    tree = host_tree(host, "8.1.27")
+
+    def edit(data):
+        data["mpi"]["prefix"] = f"{host}/opt/cray/pe/mpich/8.1.27/ofi/gnu/9.1"
+        data["mpi"]["version"] = "8.1.27"
+        data["libfabric"]["prefix"] = f"{host}/opt/cray/libfabric/1.15.2.0"
+
+    site = edited_site(tmp_path, "perlmutter", edit)
+    files = container.render(site)
+    modules = tmp_path / "modules.d"
+    modules.mkdir()
+    (modules / "torchmpi.yaml").write_text(files["torchmpi-podman-hpc.yaml"])
+    # run.sh also passes NERSC's --gpu; its module binds NVIDIA's driver, absent
+    # here, so a stand-in that only declares the flag.
+    (modules / "gpu.yaml").write_text(yaml.safe_dump(
+        {"name": "gpu", "cli_arg": "gpu", "help": "stand-in for NERSC's gpu module",
+         "env": "ENABLE_GPU", "additional_args": []}))
+    hooks = tmp_path / "hooks.d"
+    subprocess.run([sys.executable, "-m", "podman_hpc.configure_hooks", "--hooksd", str(hooks)],
+                   check=True, capture_output=True)
+    # podman refuses a runroot longer than 50 characters: pytest's tmp paths are.
+    store = Path(tempfile.mkdtemp(prefix="phpc", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(store, ignore_errors=True))
+    config = tmp_path / "podman_hpc.yaml"
+    config.write_text(yaml.safe_dump({
+        "podman_bin": shutil.which("podman"), "modules_dir": str(modules),
+        "hooks_dir": str(hooks),
+        "graph_root_template": str(store / "storage"), "run_root_template": str(store / "run"),
+        "config_home_template": str(store / "config")}))
+    env = podman_env(dict(os.environ, PODMANHPC_CONFIG_FILE=str(config),
+                          USER=os.environ.get("USER", "root"),
+                          PATH=f"{Path(podman_hpc).parent}:{os.environ['PATH']}"))
+    # podman-hpc keeps its own store: copy the probe image into it.
+    archive = tmp_path / "probe.tar"
+    subprocess.run(["podman", "save", "-o", str(archive), image], env=podman_env(),
+                   check=True, capture_output=True)
+    load = subprocess.run([podman_hpc, "load", "-i", str(archive)], env=env,
+                          capture_output=True, text=True, check=False)
+    assert load.returncode == 0, load.stderr
+    script = tmp_path / "run.sh"
+    script.write_text(files["run.sh"])
+    env["TORCHMPI_IMAGE"] = image
+    origins, maps = parse_probe(_run(script, image, env, "/usr/bin/probe", "libmpi.so.12",
+                                     "libfabric.so.1"))
+    assert origins == {"libmpi.so.12": "host", "libfabric.so.1": "host"}
+    assert maps["libmpi.so.12"] == f"{container.HOST_MOUNT}/0/libmpi.so.12"
+    assert maps["libmpi_gtl_cuda.so.0"] == f"{container.HOST_MOUNT}/2/libmpi_gtl_cuda.so.0"
+    assert tree  # the files bound above are these stubs
+
+    env["TORCHMPI_CONTAINER_INJECT"] = "0"
+    origins, maps = parse_probe(_run(script, image, env, "/usr/bin/probe", "libmpi.so.12"))
+    assert origins == {"libmpi.so.12": "image"}

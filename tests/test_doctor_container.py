@@ -1,0 +1,92 @@
+"""The doctor inside a container: which runtime, and whose MPI / libfabric / plugin is mapped."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from podman_kit import stub
+from torchmpi.doctor import container as dc
+
+IMAGE_FABRIC = "/opt/software/linux-x86_64_v3/libfabric-1.22.0-abcd/lib/libfabric.so.1"
+
+
+def test_markers_of_each_runtime() -> None:
+    never = lambda path: False  # noqa: E731
+    assert dc.which_container({}, never) is None
+    assert dc.which_container({"APPTAINER_CONTAINER": "/x.sif"}, never).startswith("apptainer")
+    assert dc.which_container({"SINGULARITY_CONTAINER": "x"}, never).startswith("singularity")
+    assert dc.which_container({"TORCHMPI_CONTAINER": "ce"}, never).startswith("ce")
+    assert dc.which_container({}, lambda p: p == "/run/.containerenv").startswith("podman")
+    assert dc.which_container({}, lambda p: p == "/.dockerenv").startswith("docker")
+
+
+def test_mapped_library_is_what_the_loader_picks(tmp_path: Path) -> None:
+    """A real child process: LD_LIBRARY_PATH decides, as it does for NCCL's dlopen."""
+    first, second = tmp_path / "host", tmp_path / "image"
+    stub(first / "libnccl-net.so", "host")
+    stub(second / "libnccl-net.so", "image")
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{first}:{second}")
+    got = dc.mapped_libraries(["libnccl-net.so", "libdoes-not-exist.so.9"], env)
+    assert got == {"libnccl-net.so": str(first / "libnccl-net.so"),
+                   "libdoes-not-exist.so.9": None}
+    env["LD_LIBRARY_PATH"] = f"{second}:{first}"
+    assert dc.mapped_libraries(["libnccl-net.so"], env)["libnccl-net.so"] == str(
+        second / "libnccl-net.so")
+
+
+def test_image_libfabric_on_slingshot_fails_with_the_fix() -> None:
+    inside = {"TORCHMPI_CONTAINER": "apptainer"}
+    found = {"libmpi.so.12": "/opt/cray/pe/mpich/8.1.27/ofi/gnu/9.1/lib-abi-mpich/libmpi.so.12",
+             "libfabric.so.1": IMAGE_FABRIC, "libnccl-net.so": "/opt/host/plugin/libnccl-net.so"}
+    mounts = ["/", "/proc", "/opt/cray/pe/mpich/8.1.27/ofi/gnu/9.1/lib-abi-mpich",
+              "/opt/host/plugin"]
+    checks = {c.name: c for c in dc.container_checks(inside, True, True,
+                                                     resolve=lambda names: found,
+                                                     mounts=mounts)}
+    assert checks["container"].status == "PASS"
+    assert checks["container.mpi"].status == "PASS" and "host" in checks["container.mpi"].detail
+    assert checks["container.plugin"].status == "PASS"
+    fabric = checks["container.libfabric"]
+    assert fabric.status == "FAIL" and "image" in fabric.detail
+    assert "torchmpi container SITE" in fabric.fix
+    # Off Slingshot the image's libfabric is what the image is for.
+    checks = {c.name: c for c in dc.container_checks(inside, False, False,
+                                                     resolve=lambda names: found,
+                                                     mounts=mounts)}
+    assert checks["container.libfabric"].status == "PASS"
+
+
+def test_image_mpi_on_a_cray_site_warns() -> None:
+    found = {"libmpi.so.12": "/opt/views/view/lib/libmpi.so.12"}
+    checks = {c.name: c for c in dc.container_checks({"TORCHMPI_CONTAINER": "podman"}, True,
+                                                     True, resolve=lambda names: found,
+                                                     mounts=["/"])}
+    assert checks["container.mpi"].status == "WARN"
+    assert checks["container.libfabric"].status == "SKIP"
+
+
+def test_outside_a_container_nothing_is_probed() -> None:
+    def resolve(names):
+        raise AssertionError("probed outside a container")
+
+    checks = dc.container_checks({}, True, True, exists=lambda p: False, resolve=resolve)
+    assert [(c.name, c.status) for c in checks] == [("container", "SKIP")]
+
+
+def test_an_image_library_in_usr_lib_is_the_images() -> None:
+    """An NGC-style image keeps its own libfabric in /usr/lib: on the root file system,
+    so the image's (a rule on paths called it the host's: a false PASS on Slingshot)."""
+    found = {"libfabric.so.1": "/usr/lib/x86_64-linux-gnu/libfabric.so.1.20.0"}
+    checks = {c.name: c for c in dc.container_checks(
+        {"TORCHMPI_CONTAINER": "podman"}, True, False, resolve=lambda names: found,
+        mounts=["/", "/proc", "/dev", "/sys", "/etc/hosts"])}
+    assert checks["container.libfabric"].status == "FAIL"
+
+
+def test_mount_points_of_a_real_mountinfo() -> None:
+    text = Path("/proc/self/mountinfo").read_text()
+    points = dc.mount_points(text)
+    assert "/" in points and "/proc" in points
+    assert dc.mount_points("36 35 98:0 /a /mnt/with\\040space rw - ext3 /dev/x rw\n") == [
+        "/mnt/with space"]
