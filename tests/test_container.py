@@ -156,8 +156,9 @@ def test_perlmutter_podman_hpc_module_binds_the_host_stack(tmp_path: Path, capsy
     out = render_cli(tmp_path, "perlmutter", capsys)
     module = yaml.safe_load((out / "torchmpi-podman-hpc.yaml").read_text())
     binds = dict(b.split(":") for b in module["bind"])
-    assert binds["/opt/cray/pe/mpich/8.1.28/ofi/gnu/12.3/lib-abi-mpich"] == "/opt/host/0"
-    assert binds["/opt/cray/libfabric/1.15.2.0/lib64"] == "/opt/host/1"
+    data = sitemod.load("perlmutter").data  # the site file's prefixes, not retyped here
+    assert binds[f"{data['mpi']['prefix']}/lib-abi-mpich"] == "/opt/host/0"
+    assert binds[f"{data['libfabric']['prefix']}/lib64"] == "/opt/host/1"
     assert "-e LD_PRELOAD=/opt/host/2/libmpi_gtl_cuda.so.0" in module["additional_args"]
     assert "--torchmpi" in (out / "run.sh").read_text()
 
@@ -172,7 +173,11 @@ def _refused(tmp_path: Path, site_path: Path, capsys) -> str:
 
 
 def test_ce_without_the_hooks_pair_is_refused(tmp_path: Path, capsys) -> None:
-    site = edited_site(tmp_path, "alps-gh200", lambda d: d["container"].pop("nccl"))
+    def unpin(d):  # neither the container's pair nor the site's own pin
+        d["container"].pop("nccl")
+        d.pop("nccl", None)
+
+    site = edited_site(tmp_path, "alps-gh200", unpin)
     err = _refused(tmp_path, site.path, capsys)
     assert "container.nccl" in err and "CE aws_ofi_nccl hook" in err and "2.29.2-1+1.18.0" in err
 

@@ -36,7 +36,6 @@ through :mod:`tomllib`, shell through ``bash -n``, the Containerfile through
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import re
 import shlex
@@ -46,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchmpi import __version__, paths, runtime
+from torchmpi import __version__, pairs, paths, runtime
 from torchmpi.errors import UserError
 from torchmpi.site import Site
 from torchmpi.yamltext import Block, comment, document
@@ -146,17 +145,8 @@ def generic_target(site: Site) -> str:
 
 
 def vouched_pairs() -> list[tuple[str, str]]:
-    """(NCCL, aws-ofi-nccl) pairs of nccl-ss11's ``VOUCHED_PAIRS``, read with :mod:`ast`.
-
-    The package is the single source of the table; importing it needs Spack.
-    """
-    path = paths.torchmpi_repo() / "packages" / "nccl_ss11" / "package.py"
-    tree = ast.parse(path.read_text())
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and getattr(node.targets[0], "id", None) == "VOUCHED_PAIRS"):
-            return [(n, p) for n, p, _, _ in ast.literal_eval(node.value)]
-    raise UserError(f"{path}: VOUCHED_PAIRS not found (a torchmpi bug, please report it)")
+    """(NCCL, aws-ofi-nccl) of every vouched pair, from :func:`torchmpi.pairs.vouched`."""
+    return [(p.nccl, p.plugin) for p in pairs.vouched()]
 
 
 def _gtl_dir(site: Site) -> str:
