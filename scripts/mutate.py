@@ -59,7 +59,7 @@ class Mutant:
 SITE = ("tests/test_blind_spots.py", "tests/test_site_answers.py", "tests/test_bad_input.py",
         "tests/test_sites.py")
 RUNTIME = ("tests/test_blind_spots.py", "tests/test_runtime.py")
-RENDER = ("tests/test_blind_spots.py", "tests/test_render.py")
+RENDER = ("tests/test_blind_spots.py", "tests/test_render.py", "tests/test_sites.py")
 PATCH = ("tests/test_cuda_aware_patch.py",)
 PKG = ("tests/test_package_methods.py", "tests/test_packages.py")
 
@@ -165,7 +165,11 @@ MUTANTS: tuple[Mutant, ...] = (
 )
 
 #: Survivors left on purpose: mutant name -> why (docs/testing.md repeats these).
-SURVIVORS_OK: dict[str, str] = {}
+SURVIVORS_OK: dict[str, str] = {
+    "wrapper/torchmpi/runtime.py: 'out.set.setdefault(GPU_SWITCH, \"1\")'":
+        "equivalent: validation admits a stated switch only when it equals the implied"
+        " value, so setting 1 over a stated 1 changes nothing (not even the order)",
+}
 
 
 def _copy_checkout(dest: Path) -> None:

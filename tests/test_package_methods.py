@@ -266,3 +266,42 @@ def test_mpi4py_build_environment_links_gtl_only_when_asked(cray_site_methods) -
     assert "-lmpi_gtl_cuda" in on.get("LDFLAGS", "").split(), on
     assert f"-L{cray_site_methods['gtl_dir']}" in on["LDFLAGS"].split()
     assert "-lmpi_gtl_cuda" not in off.get("LDFLAGS", "").split(), off
+
+
+# --- refusals with each package's own message (small DAGs; the py-torch ones are
+# --- in tests/test_packages.py::NEGATIVE) -----------------------------------------
+
+REFUSED = {
+    "openmpi-cuda@4.0.7": "openmpi-cuda needs Open MPI 4.1 or later",
+    "openmpi-cuda fabrics=ofi": "openmpi-cuda moves GPU buffers through UCX",
+    "nccl-ss11 ~cuda": "nccl-ss11 is NCCL for NVIDIA GPUs",
+    "nccl-ss11 +cuda": "nccl-ss11 needs the GPU architecture",
+    "nccl-ss11 +cuda cuda_arch=80 ^aws-ofi-nccl@1.16.0": "shutdown-ordering bug",
+    # py-mpi4py's GTL variant exists only on top of cray-mpich +cuda.
+    "py-mpi4py +cuda_aware_mpi ^mpich": "cuda_aware_mpi",
+}
+
+
+@pytest.fixture(scope="session")
+def small_refusals(spack) -> dict[str, str]:
+    """Each spec of REFUSED tried in one ``spack python``: the error text, or ""."""
+    code = f"""
+import json
+import spack.concretize
+out = {{}}
+for text in {list(REFUSED)!r}:
+    try:
+        spack.concretize.concretize_one(text)
+        out[text] = ""
+    except Exception as err:
+        out[text] = str(err) or repr(err)
+print(json.dumps(out))
+"""
+    return json.loads(spack.python(code).stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("text", list(REFUSED))
+def test_small_specs_are_refused_with_their_message(small_refusals, text: str) -> None:
+    message = small_refusals[text]
+    assert message, f"'{text}' concretized but must be refused"
+    assert REFUSED[text] in message, message
