@@ -1,4 +1,4 @@
-"""Planted bugs the suite did not notice (issue 21), each with the test that now does.
+"""Planted bugs the suite did not notice, each with the test that now does.
 
 Each test here was run against its planted one-line bug and failed, then kept:
 they run the code path a user runs (the reduction over real ranks, the render
