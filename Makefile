@@ -33,6 +33,9 @@ test: setup  ## everything; what .ci/run calls
 check: setup  ## the fast tests: no Spack, no solve (minutes; for iteration)
 	$(ENV) $(PY) -m pytest tests $(XDIST) -m "not spack and not concretize" $(PYTEST_ARGS)
 
+mutate: setup  ## plant one-line bugs, run each module's tests, list survivors (docs/testing.md)
+	$(ENV) $(PY) scripts/mutate.py $(MUTATE_ARGS)
+
 lint: venv
 	$(VENV)/bin/ruff check spack_repo wrapper tests
 

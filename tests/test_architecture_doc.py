@@ -226,7 +226,7 @@ def test_no_cycle_even_through_function_level_imports() -> None:
 
     A lazy import hides a cycle from Python's import machinery but not from a
     reader: two modules that each need the other have no single home for the
-    facts they share (issue 21: site.py and detect.py did).
+    facts they share (site.py and detect.py once did).
     """
     known = _modules()
     graph = {m: _internal(set().union(*imports(m, known))) - {m} for m in known}

@@ -281,3 +281,28 @@ def test_patcher_digest_is_in_the_package_file() -> None:
     patcher = ROOT / "spack_repo/torchmpi/packages/py_torch/cuda_aware_mpi.py"
     assert recorded.group(1) == hashlib.sha256(patcher.read_bytes()).hexdigest(), (
         "cuda_aware_mpi.py changed: update CUDA_AWARE_MPI_SHA256 in py_torch/package.py")
+
+
+def test_branch_goes_before_the_outer_else_past_a_nested_one() -> None:
+    """A check whose Open MPI branch has an ``#if``/``#else`` of its own (a shape
+    upstream may take): the MPICH branch joins the *outer* conditional, so the
+    nested ``#else`` keeps its meaning.  (Found by `make mutate`: the released
+    fixtures have no nested ``#else``, so a depth-blind search survived.)"""
+    source = (
+        "#include <mpi.h>\n\n"
+        "bool cudaAwareMpiCheck() {\n"
+        "#if defined(MPIX_CUDA_AWARE_SUPPORT)\n"
+        "#if MPIX_CUDA_AWARE_SUPPORT\n"
+        "  return MPIX_Query_cuda_support() == 1;\n"
+        "#else\n"
+        "  return false;\n"
+        "#endif\n"
+        "#else\n"
+        "  return false;\n"
+        "#endif\n"
+        "}\n"
+    )
+    body = _function(patch.patch_source(source))
+    outer_else = body.rindex("#else")
+    assert body.index("#elif defined(MPICH_VERSION)") < outer_else
+    assert body.index("#elif defined(MPICH_VERSION)") > body.index("#endif\n")  # after nested

@@ -186,10 +186,10 @@ def write(outdir: Path, files: dict[str, str], force: bool = False) -> Result:
     try:
         for name in changed:
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=outdir)
+            temps.append((tmp, outdir / name))  # before writing: a failed write is removed too
             with os.fdopen(fd, "w") as fh:
                 fh.write(files[name])
             os.chmod(tmp, 0o644)
-            temps.append((tmp, outdir / name))
     except OSError as err:
         for tmp, _ in temps:
             os.unlink(tmp)
