@@ -7,6 +7,7 @@ done once per session and shared by the tests that inspect its DAG.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -75,6 +76,59 @@ def test_tool_package_versions_are_the_wrappers(spack) -> None:
     from torchmpi import __version__
 
     assert versions == {"py-torchmpi": __version__, "py-torch-mpi": __version__}
+
+
+def test_tool_package_declares_every_dependency_of_the_tool(spack) -> None:
+    """Spack installs Python packages ``--no-deps``: every runtime requirement
+    in pyproject.toml must be a run dependency of py-torchmpi, at least as
+    new, or the installed doctor cannot read a site file (jsonschema,
+    ruamel.yaml) on a compute node."""
+    import tomllib
+
+    required = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    code = (
+        "import spack.deptypes as dt, spack.repo\n"
+        "cls = spack.repo.PATH.get_pkg_class('py-torchmpi')\n"
+        "for deps in cls.dependencies.values():\n"
+        "    for name, dep in deps.items():\n"
+        "        if dep.depflag & dt.RUN:\n"
+        "            print(name, dep.spec.versions)\n"
+    )
+    run_deps = dict(line.split() for line in spack.python(code).stdout.splitlines())
+    for req in required:
+        pypi, _, low = re.match(r"([A-Za-z0-9_.-]+)(>=)?(.*)", req).groups()
+        name = "py-" + re.sub(r"[._]", "-", pypi.lower())
+        assert name in run_deps, f"{req} (pyproject.toml) is not a run dependency: {run_deps}"
+        if low:
+            assert run_deps[name] == f"{low}:", (req, run_deps[name])
+
+
+def test_every_tool_version_is_fetchable(spack, tmp_path: Path) -> None:
+    """Outside a rendered environment (``make install-site``, then ``spack install
+    py-torch-mpi``) Spack fetches py-torchmpi's source: for every declared
+    version, Spack's own fetch strategy for that version stages it from the
+    package's git URL (this checkout's repository), and the source is the tool
+    at that version, with the site files its doctor reads."""
+    code = (
+        "import sys, spack.fetch_strategy as fs, spack.repo, spack.spec, spack.stage\n"
+        "cls = spack.repo.PATH.get_pkg_class('py-torchmpi')\n"
+        "for v in cls.versions:\n"
+        "    pkg = cls(spack.spec.Spec(f'py-torchmpi@={v}'))\n"
+        "    fetcher = fs.for_package_version(pkg, v)\n"
+        "    stage = spack.stage.Stage(fetcher, path=f'{sys.argv[1]}/{v}', keep=True)\n"
+        "    stage.create()\n"
+        "    stage.fetch()\n"
+        "    stage.expand_archive()\n"
+        "    print(v, type(fetcher).__name__, stage.source_path)\n"
+    )
+    out = spack.python(code, str(tmp_path), check=False)
+    assert out.returncode == 0, f"a declared version cannot be fetched:\n{out.stderr[-3000:]}"
+    staged = [line.split() for line in out.stdout.splitlines() if len(line.split()) == 3]
+    assert staged, out.stdout
+    for version, fetcher, source in staged:
+        init = Path(source) / "wrapper" / "torchmpi" / "__init__.py"
+        assert f'__version__ = "{version}"' in init.read_text(), (version, fetcher)
+        assert (Path(source) / "wrapper" / "torchmpi" / "sites" / "derecho.yaml").is_file()
 
 
 def test_audit_packages(spack) -> None:

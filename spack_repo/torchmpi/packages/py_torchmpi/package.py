@@ -36,11 +36,15 @@ class PyTorchmpi(PythonPackage):
 
     depends_on("python@3.9:", type=("build", "run"))
     depends_on("py-setuptools@61:", type="build")
-    # The compute-node verbs (doctor, allreduce) need only PyYAML; the site
-    # verbs (render, concretize, ...) run from the checkout's venv on a login
-    # node and report a missing module by name instead of failing to import.
+    # Spack installs Python packages with `pip --no-deps`: every requirement
+    # of pyproject.toml is declared here (tests/test_packages.py checks), so
+    # the installed doctor can read a site file (`--site`: ruamel.yaml parses
+    # it, jsonschema validates it) on a compute node, without the checkout.
     depends_on("py-pyyaml@6:", type="run")
+    depends_on("py-ruamel-yaml@0.18:", type="run")
+    depends_on("py-jsonschema@4:", type="run")
+    depends_on("py-archspec@0.2:", type="run")
 
-    # `spack test run`'s import check: what a compute node needs (the site
-    # verbs' modules import jinja2/jsonschema, which are not run dependencies).
-    import_modules = ("torchmpi", "torchmpi.cli")
+    # `spack test run`'s import check: the CLI and the site loader the doctor's
+    # `--site` uses (it finds site files by name among the package's data).
+    import_modules = ("torchmpi", "torchmpi.cli", "torchmpi.site")
