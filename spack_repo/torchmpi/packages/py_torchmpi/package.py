@@ -9,9 +9,11 @@ mirror.  Here the tool is a normal Python package whose source Spack tracks.
 No release tarball is published yet.  Every rendered environment names the
 checkout in its ``develop:`` section (``spack develop``): Spack records it as
 ``dev_path`` in the spec (so in the hash) and rebuilds the tool when its files
-change.  Outside such an environment the source is the git repository this
-package directory lives in, at the tag of the version.  A published release
-replaces ``git`` with its URL and a checksum; nothing else changes for users.
+change.  Outside such an environment (``make install-site``, then ``spack
+install py-torch-mpi``) the source is the git repository this package
+directory lives in, at the commit of the version (tests/test_packages.py
+fetches every version the way Spack does).  A published release replaces
+``git`` with its URL and a checksum; nothing else changes for users.
 """
 
 import os
@@ -32,7 +34,12 @@ class PyTorchmpi(PythonPackage):
     license("Apache-2.0 OR MIT")
 
     # Equal to wrapper/torchmpi/__init__.py's __version__ (tests check it).
-    version("0.1.0", tag="v0.1.0")
+    # No tag is published: a version is a commit of this repository's history
+    # (Spack clones the repository and checks the commit out).  A checkout
+    # without that history (a tarball, a shallow clone) cannot fetch it; see
+    # docs/admins.md.  A new version: bump __version__, commit, add a line
+    # here naming that commit.
+    version("0.1.0", commit="362f9110541c4f5f212f81f1ef670a66065d2e85")
 
     depends_on("python@3.9:", type=("build", "run"))
     depends_on("py-setuptools@61:", type="build")
