@@ -111,9 +111,12 @@ def _install_tool(prefix: Path, scratch: Path) -> None:
             if src.is_symlink() or src.is_file():
                 (source / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src, source / rel, follow_symlinks=False)
+    # --ignore-installed: without it pip uninstalls the venv's own (editable)
+    # torchmpi before installing into the other prefix.
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                    "--no-index", "--no-build-isolation", "--no-warn-script-location",
-                    f"--prefix={prefix}", str(source)], check=True, capture_output=True)
+                    "--ignore-installed", "--no-index", "--no-build-isolation",
+                    "--no-warn-script-location", f"--prefix={prefix}", str(source)],
+                   check=True, capture_output=True)
 
 
 def _script(where: Path, code: str) -> str:
@@ -349,7 +352,7 @@ def test_spack_env_activate_gives_the_same_values(spack, deployed, name) -> None
 
 
 def test_cray_gpu_switch_is_set_with_gtl(deployed) -> None:
-    """Derecho: +cuda_aware_mpi links GTL, so the switch is 1 on both paths."""
+    """Derecho: +cuda_aware_mpi loads GTL, so the switch is 1 on both paths."""
     assert runtime.environment(deployed["derecho"].site.data)["MPICH_GPU_SUPPORT_ENABLED"] == "1"
 
 

@@ -361,7 +361,7 @@ def test_cuda_arch_is_equal_on_torch_and_nccl(cray_dag: Dag) -> None:
 
 def test_cray_dag_has_mpi4py_with_gtl(cray_dag: Dag) -> None:
     """MPI-first jobs: the environment's mpi4py is torchmpi's, on the same
-    cray-mpich, with Cray's GTL linked (+cuda_aware_mpi)."""
+    cray-mpich, loading Cray's GTL at import (+cuda_aware_mpi)."""
     mpi4py = cray_dag.one("py-mpi4py")
     assert mpi4py["namespace"] == "torchmpi"
     assert cray_dag.variant("py-mpi4py", "cuda_aware_mpi") is True

@@ -55,7 +55,12 @@ def config(data: dict[str, Any]) -> dict[str, Any]:
     if system_ == "lmod":
         compilers = data["compilers"] if isinstance(data["compilers"], list) else []
         out["core_compilers"] = [c["spec"] for c in compilers]
-        out["hierarchy"] = [] if centre else ["mpi"]
+        if centre:
+            # `hierarchy::` (quoted key 'hierarchy:'): an empty list would merge
+            # with Spack's default [mpi] (etc/spack/defaults/base/modules.yaml).
+            out["hierarchy:"] = []
+        else:
+            out["hierarchy"] = ["mpi"]
     if centre:
         out["exclude"] = [data["mpi"]["kind"]]
     out["hash_length"] = 0
