@@ -89,7 +89,8 @@ def _fix_fake_prefixes(spack, dep: Deployed) -> None:
             subprocess.run([sys.executable, "-m", "venv", "--without-pip", prefix], check=True)
             shutil.move(str(keep), str(meta))
         elif name == "py-torchmpi":
-            _install_tool(Path(prefix), dep.env_dir.parent)
+            # One source copy per site: the two sites deploy in parallel threads.
+            _install_tool(Path(prefix), dep.env_dir.parent / f"tool-source-{dep.site.name}")
         elif name.startswith("py-"):
             (Path(prefix) / "lib" / pyver / "site-packages").mkdir(parents=True, exist_ok=True)
         elif name == "intel-oneapi-mkl":
@@ -97,12 +98,11 @@ def _fix_fake_prefixes(spack, dep: Deployed) -> None:
             (Path(prefix) / "mkl" / version / "env" / "vars.sh").write_text("")
 
 
-def _install_tool(prefix: Path, scratch: Path) -> None:
+def _install_tool(prefix: Path, source: Path) -> None:
     """Install the torchmpi tool for real into its fake prefix, as Spack's
     PythonPackage does (``pip install --no-deps --no-build-isolation
     --prefix``), from a copy of the committed and working files (the build
     must not write into the checkout), so the installed tool can be run."""
-    source = scratch / "py-torchmpi-source"
     if not source.exists():
         files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], check=True,
                                cwd=paths.root(), capture_output=True, text=True).stdout
@@ -332,7 +332,7 @@ def test_module_load_gives_the_site_runtime_and_python_path(spack, deployed, nam
         assert plugin and all(Path(d).is_dir() for d in plugin), got["LD_LIBRARY_PATH"]
         assert "NCCL_NET_PLUGIN" not in got  # breaks plugin loading (docs/troubleshooting.md)
         # The site wins: the autoloaded plugin module sets its own default first.
-        plugin_mod = next(dep.core().parent.glob("*/*/Core/aws-ofi-nccl/*.lua")).read_text()
+        plugin_mod = next(dep.core().parent.rglob("aws-ofi-nccl/*.lua")).read_text()
         if 'setenv("NCCL_NET", "OFI")' in plugin_mod and expected.get("NCCL_NET"):
             assert got["NCCL_NET"] == expected["NCCL_NET"] != "OFI"
     else:
