@@ -39,7 +39,7 @@ class PyTorchmpi(PythonPackage):
     # without that history (a tarball, a shallow clone) cannot fetch it; see
     # docs/admins.md.  A new version: bump __version__, commit, add a line
     # here naming that commit.
-    version("0.1.0", commit="362f9110541c4f5f212f81f1ef670a66065d2e85")
+    version("0.1.0", commit="b2815f06a95cdcae023e1e37be335bc4d2b54168")
 
     depends_on("python@3.9:", type=("build", "run"))
     depends_on("py-setuptools@61:", type="build")
