@@ -10,6 +10,7 @@ must be the same on both paths (docs/admins.md, "Runtime variables").
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import shlex
 import shutil
@@ -45,6 +46,8 @@ class Deployed:
     store: Path
     modules_root: Path
     seconds: dict[str, float] = field(default_factory=dict)
+    #: Stand-in for the centre's own module tree (site ``mpi.modules``), or None.
+    centre: Path | None = None
 
     @property
     def overrides(self) -> list[str]:
@@ -85,6 +88,9 @@ def _fix_fake_prefixes(spack, dep: Deployed) -> None:
             shutil.rmtree(prefix, ignore_errors=True)
             subprocess.run([sys.executable, "-m", "venv", "--without-pip", prefix], check=True)
             shutil.move(str(keep), str(meta))
+        elif name == "py-torchmpi":
+            # One source copy per site: the two sites deploy in parallel threads.
+            _install_tool(Path(prefix), dep.env_dir.parent / f"tool-source-{dep.site.name}")
         elif name.startswith("py-"):
             (Path(prefix) / "lib" / pyver / "site-packages").mkdir(parents=True, exist_ok=True)
         elif name == "intel-oneapi-mkl":
@@ -92,10 +98,55 @@ def _fix_fake_prefixes(spack, dep: Deployed) -> None:
             (Path(prefix) / "mkl" / version / "env" / "vars.sh").write_text("")
 
 
+def _install_tool(prefix: Path, source: Path) -> None:
+    """Install the torchmpi tool for real into its fake prefix, as Spack's
+    PythonPackage does (``pip install --no-deps --no-build-isolation
+    --prefix``), from a copy of the committed and working files (the build
+    must not write into the checkout), so the installed tool can be run."""
+    if not source.exists():
+        files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], check=True,
+                               cwd=paths.root(), capture_output=True, text=True).stdout
+        for rel in files.splitlines():
+            src = paths.root() / rel
+            if src.is_symlink() or src.is_file():
+                (source / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, source / rel, follow_symlinks=False)
+    # --ignore-installed: without it pip uninstalls the venv's own (editable)
+    # torchmpi before installing into the other prefix.
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--ignore-installed", "--no-index", "--no-build-isolation",
+                    "--no-warn-script-location", f"--prefix={prefix}", str(source)],
+                   check=True, capture_output=True)
+
+
 def _script(where: Path, code: str) -> str:
     path = where / "spack-script.py"
     path.write_text(code)
     return str(path)
+
+
+#: An older version the stand-in centre tree also has (a user may have loaded it).
+OLDER_CENTRE_MPI = "8.1.25"
+
+
+def _centre_tree(root: Path, site: sitemod.Site) -> Path | None:
+    """A stand-in for the centre's own module tree, for a site whose MPI is a
+    centre module (``mpi.modules``, e.g. NCAR's ``cray-mpich/8.1.27``, its
+    login default): that module, the default of its name, sets
+    ``CRAY_MPICH_DIR`` as Cray PE's does; an older version sits beside it."""
+    modules = site.data["mpi"].get("modules") or []
+    if not modules:
+        return None
+    prefix = site.data["mpi"].get("prefix", "")
+    for module in modules:
+        name, _, version = module.partition("/")
+        for ver in (version, OLDER_CENTRE_MPI):
+            path = root / name / f"{ver}.lua"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f'whatis("stand-in for the centre\'s {name}/{ver}")\n'
+                            f'setenv("CRAY_MPICH_DIR", "{prefix if ver == version else ver}")\n')
+        (root / name / "default").symlink_to(f"{version}.lua")
+    return root
 
 
 def _reuse_lock(name: str, env_dir: Path) -> bool:
@@ -153,7 +204,8 @@ def _deploy(spack, tree: Path, name: str) -> Deployed:
     env_dir = tree / "environments" / name
     renderer.write(env_dir, renderer.render(site, env_dir))
     _stand_in_for_absent_python(env_dir, tree)
-    dep = Deployed(site, env_dir, tree / f"store-{name}", tree / f"modules-{name}")
+    dep = Deployed(site, env_dir, tree / f"store-{name}", tree / f"modules-{name}",
+                   centre=_centre_tree(tree / f"centre-{name}", site))
     env = ["-e", str(env_dir)]
 
     def timed(step: str, *args: str) -> None:
@@ -243,9 +295,24 @@ def _mpi_module(dep: Deployed) -> str:
     return f"{mpis[0].parent.name}/{mpis[0].stem}"
 
 
+def _login(dep: Deployed) -> str:
+    """A login shell: on a centre with its own MPI module, that module is
+    loaded by default (NCAR's util/localinit.sh loads cray-mpich)."""
+    if not dep.centre:
+        return ""
+    names = sorted({m.split("/")[0] for m in dep.site.data["mpi"]["modules"]})
+    return f"module use {dep.centre}\nmodule load {' '.join(names)}\n"
+
+
+def _user_steps(dep: Deployed) -> str:
+    """docs/users.md's steps: ``module use`` the tree, then the MPI module
+    where the tree has one (the centre's is already loaded), then py-torch-mpi."""
+    mpi = "" if dep.centre else f"module load {_mpi_module(dep)}\n"
+    return f"{_login(dep)}module use {dep.core()}\n{mpi}module load py-torch-mpi\n"
+
+
 def _module_env(spack, dep: Deployed) -> dict[str, str]:
-    return _env_after(spack, f"module use {dep.core()}\nmodule load {_mpi_module(dep)}\n"
-                             "module load py-torch-mpi\n")
+    return _env_after(spack, _user_steps(dep))
 
 
 def _activate_env(spack, dep: Deployed) -> dict[str, str]:
@@ -265,7 +332,7 @@ def test_module_load_gives_the_site_runtime_and_python_path(spack, deployed, nam
         assert plugin and all(Path(d).is_dir() for d in plugin), got["LD_LIBRARY_PATH"]
         assert "NCCL_NET_PLUGIN" not in got  # breaks plugin loading (docs/troubleshooting.md)
         # The site wins: the autoloaded plugin module sets its own default first.
-        plugin_mod = next(dep.core().parent.glob("*/*/Core/aws-ofi-nccl/*.lua")).read_text()
+        plugin_mod = next(dep.core().parent.rglob("aws-ofi-nccl/*.lua")).read_text()
         if 'setenv("NCCL_NET", "OFI")' in plugin_mod and expected.get("NCCL_NET"):
             assert got["NCCL_NET"] == expected["NCCL_NET"] != "OFI"
     else:
@@ -285,15 +352,16 @@ def test_spack_env_activate_gives_the_same_values(spack, deployed, name) -> None
 
 
 def test_cray_gpu_switch_is_set_with_gtl(deployed) -> None:
-    """Derecho: +cuda_aware_mpi links GTL, so the switch is 1 on both paths."""
+    """Derecho: +cuda_aware_mpi loads GTL, so the switch is 1 on both paths."""
     assert runtime.environment(deployed["derecho"].site.data)["MPICH_GPU_SUPPORT_ENABLED"] == "1"
 
 
 @pytest.mark.parametrize("name", SITES)
 def test_module_avail_shows_only_what_a_user_picks(spack, deployed, name) -> None:
     dep = deployed[name]
-    mpi = _mpi_module(dep)
-    script = f"module use {dep.core()}\nmodule load {mpi}\nmodule -t avail 2>&1\n"
+    mpi = dep.site.data["mpi"]["kind"] if dep.centre else _mpi_module(dep)
+    load = "" if dep.centre else f"module load {mpi}\n"
+    script = f"{_login(dep)}module use {dep.core()}\n{load}module -t avail 2>&1\n"
     out = _bash(spack, script).stdout
     # Terse output: one "name/" line per module name, then its "name/version" lines.
     names = sorted(line.strip() for line in out.splitlines() if line.strip()
@@ -309,7 +377,45 @@ def test_module_avail_shows_only_what_a_user_picks(spack, deployed, name) -> Non
         assert "-cuda" in version and version.endswith(dep.site.gpu["cuda"]["spec"].split("@")[1])
 
 
-@pytest.mark.parametrize("name", SITES)
+def test_the_centres_mpi_module_stays_loaded(spack, deployed) -> None:
+    """NCAR loads its cray-mpich/8.1.27 by default and excludes cray-mpich from
+    its own Spack modules: after docs/users.md's steps the centre's module is
+    the one loaded (the tree has none of that name), and py-torch-mpi's module
+    is loaded with the site's runtime variables."""
+    dep = deployed["derecho"]
+    mpi = dep.site.data["mpi"]
+    own = [p for p in dep.modules_root.rglob("*.lua") if p.parent.name == mpi["kind"]]
+    assert not own, f"the tree shadows the centre's {mpi['kind']}: {own}"
+    got = _module_env(spack, dep)
+    loaded = got.get("LOADEDMODULES", "").split(":")
+    assert [m for m in loaded if m.startswith(mpi["kind"] + "/")] == mpi["modules"], loaded
+    files = got.get("_LMFILES_", "").split(":")
+    assert str(dep.centre / mpi["kind"] / f"{mpi['version']}.lua") in files, files
+    assert got.get("CRAY_MPICH_DIR") == mpi["prefix"]
+    assert any(m.startswith("py-torch-mpi/") for m in loaded), loaded
+    expected = runtime.environment(dep.site.data)
+    assert {k: got.get(k) for k in expected} == expected
+
+
+def test_py_torch_mpi_loads_the_centres_mpi_itself(spack, deployed) -> None:
+    """Nothing loaded: py-torch-mpi loads the centre's MPI module (the version it
+    was built with); another version loaded: Lmod swaps it for that one; the
+    centre's tree absent: the load fails and names the module it needs."""
+    dep = deployed["derecho"]
+    want = dep.site.data["mpi"]["modules"][0]
+    name = want.split("/")[0]
+    base = f"module use {dep.centre}\nmodule use {dep.core()}\n"
+    for before in ("", f"module load {name}/{OLDER_CENTRE_MPI}\n"):
+        got = _env_after(spack, base + before + "module load py-torch-mpi\n")
+        loaded = got.get("LOADEDMODULES", "").split(":")
+        assert [m for m in loaded if m.startswith(name + "/")] == [want], (before, loaded)
+        assert got.get("CRAY_MPICH_DIR") == dep.site.data["mpi"]["prefix"]
+    proc = _bash(spack, f"module use {dep.core()}\nmodule load py-torch-mpi\n", check=False)
+    assert proc.returncode != 0
+    assert want in " ".join((proc.stdout + proc.stderr).split()), proc.stderr
+
+
+@pytest.mark.parametrize("name", [n for n in SITES if n != "derecho"])
 def test_py_torch_mpi_needs_its_mpi_module_first(spack, deployed, name) -> None:
     dep = deployed[name]
     proc = _bash(spack, f"module use {dep.core()}\nmodule load py-torch-mpi\n", check=False)
@@ -317,6 +423,32 @@ def test_py_torch_mpi_needs_its_mpi_module_first(spack, deployed, name) -> None:
     msg = " ".join((proc.stdout + proc.stderr).split())  # Lmod wraps lines
     assert "exist but cannot be loaded as requested" in msg, msg
     assert 'module spider py-torch-mpi' in msg, msg
+
+
+def test_installed_doctor_compares_the_job_with_its_site(spack, deployed, tmp_path) -> None:
+    """docs/users.md's job: load the modules, then ``torchmpi doctor --site
+    derecho`` with the installed tool (not this checkout) gives a verdict on
+    ``site.env``, which needs the site file inside the install."""
+    dep = deployed["derecho"]
+    probe = ("import sys, torchmpi\n"
+             "from torchmpi import cli\n"
+             "print('TOOL', torchmpi.__file__)\n"
+             "sys.argv = ['torchmpi', 'doctor', '--site', 'derecho', '--json']\n"
+             "try:\n    cli.main()\nexcept SystemExit:\n    pass\n")
+    (tmp_path / "probe.py").write_text(probe)
+    # The venv's Python stands in for the site's (the fake install has no
+    # working python-venv with the tool's dependencies); the module's
+    # PYTHONPATH comes first, so the installed torchmpi is the one imported.
+    script = (f"{_user_steps(dep)}cd {tmp_path}\n"
+              f"env -u TORCHMPI_ROOT {sys.executable} probe.py\n")
+    out = _bash(spack, script, check=False).stdout
+    tool = next((line.split(" ", 1)[1] for line in out.splitlines()
+                 if line.startswith("TOOL ")), "")
+    assert tool.startswith(str(dep.store)), f"not the installed tool: {tool!r}\n{out[-3000:]}"
+    report = json.loads(out[out.index("{"):] if "{" in out else "null") or {}
+    checks = {c["name"]: c for c in report.get("checks", [])}
+    assert checks.get("site.env", {}).get("status") in ("PASS", "FAIL"), out[-3000:]
+    assert checks["site.env"]["status"] == "PASS", checks["site.env"]
 
 
 def test_buildcache_push_and_list(spack, deployed, tmp_path) -> None:
@@ -353,7 +485,8 @@ def test_buildcache_round_trip_into_a_fresh_store(spack, deployed, tmp_path) -> 
     for name in ("repos.yaml", "concretizer.yaml"):
         shutil.copy(spack.config_dir / name, fresh_scope / name)
     fresh = Spack(spack.root, spack.builtin, fresh_scope, spack.cache_dir)
-    other = Deployed(dep.site, dep.env_dir, tmp_path / "fresh-store", tmp_path / "fresh-modules")
+    other = Deployed(dep.site, dep.env_dir, tmp_path / "fresh-store", tmp_path / "fresh-modules",
+                     centre=dep.centre)
     mirror_arg = ["-c", f"mirrors:site-cache:{mirror}"]
     fresh.run(*other.overrides, *mirror_arg, "-c", "modules:default:enable::[]",
               "-e", str(dep.env_dir), "install", "--cache-only", "--no-check-signature",

@@ -63,13 +63,32 @@ def test_lmod_layout(name: str, tmp_path: Path) -> None:
     assert default["enable:"] == ["lmod"]
     lmod = default["lmod"]
     assert lmod["core_compilers"] == [c["spec"] for c in site.data["compilers"]]
-    assert lmod["hierarchy"] == ["mpi"]
+    centre = site.data["mpi"].get("modules")
+    if centre:  # `hierarchy::`, or Spack's default [mpi] is merged back in
+        assert lmod["hierarchy:"] == [] and "hierarchy" not in lmod
+    else:
+        assert lmod["hierarchy"] == ["mpi"]
     assert lmod["hide_implicits"] is True and lmod["hash_length"] == 0
     assert lmod["all"]["autoload"] == "direct"
     keys = list(lmod["projections"])
     assert keys.index("py-torch-mpi+cuda") < keys.index("py-torch-mpi") < keys.index("all")
     root = site.data.get("install", {}).get("modules_root")
     assert default.get("roots", {}).get("lmod") == root
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_the_centres_mpi_module_is_not_shadowed(name: str, tmp_path: Path) -> None:
+    """A site whose MPI comes from the centre's module (``mpi.modules``) gets no
+    MPI module of its own (it would shadow the centre's, which NCAR loads by
+    default): the MPI is excluded and py-torch-mpi loads the centre's module."""
+    site = sitemod.load(name)
+    lmod = yaml.safe_load(_rendered(site, tmp_path)["modules.yaml"])["modules"]["default"]["lmod"]
+    centre = site.data["mpi"].get("modules")
+    if centre:
+        assert site.data["mpi"]["kind"] in lmod.get("exclude", []), lmod
+        assert lmod["py-torch-mpi"]["load"] == centre
+    else:
+        assert "exclude" not in lmod and "load" not in lmod.get("py-torch-mpi", {})
 
 
 def test_tcl_site(tmp_path: Path) -> None:

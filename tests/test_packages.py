@@ -7,7 +7,7 @@ done once per session and shared by the tests that inspect its DAG.
 from __future__ import annotations
 
 import json
-import shlex
+import re
 import shutil
 import subprocess
 import sys
@@ -75,6 +75,59 @@ def test_tool_package_versions_are_the_wrappers(spack) -> None:
     from torchmpi import __version__
 
     assert versions == {"py-torchmpi": __version__, "py-torch-mpi": __version__}
+
+
+def test_tool_package_declares_every_dependency_of_the_tool(spack) -> None:
+    """Spack installs Python packages ``--no-deps``: every runtime requirement
+    in pyproject.toml must be a run dependency of py-torchmpi, at least as
+    new, or the installed doctor cannot read a site file (jsonschema,
+    ruamel.yaml) on a compute node."""
+    import tomllib
+
+    required = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    code = (
+        "import spack.deptypes as dt, spack.repo\n"
+        "cls = spack.repo.PATH.get_pkg_class('py-torchmpi')\n"
+        "for deps in cls.dependencies.values():\n"
+        "    for name, dep in deps.items():\n"
+        "        if dep.depflag & dt.RUN:\n"
+        "            print(name, dep.spec.versions)\n"
+    )
+    run_deps = dict(line.split() for line in spack.python(code).stdout.splitlines())
+    for req in required:
+        pypi, _, low = re.match(r"([A-Za-z0-9_.-]+)(>=)?(.*)", req).groups()
+        name = "py-" + re.sub(r"[._]", "-", pypi.lower())
+        assert name in run_deps, f"{req} (pyproject.toml) is not a run dependency: {run_deps}"
+        if low:
+            assert run_deps[name] == f"{low}:", (req, run_deps[name])
+
+
+def test_every_tool_version_is_fetchable(spack, tmp_path: Path) -> None:
+    """Outside a rendered environment (``make install-site``, then ``spack install
+    py-torch-mpi``) Spack fetches py-torchmpi's source: for every declared
+    version, Spack's own fetch strategy for that version stages it from the
+    package's git URL (this checkout's repository), and the source is the tool
+    at that version, with the site files its doctor reads."""
+    code = (
+        "import sys, spack.fetch_strategy as fs, spack.repo, spack.spec, spack.stage\n"
+        "cls = spack.repo.PATH.get_pkg_class('py-torchmpi')\n"
+        "for v in cls.versions:\n"
+        "    pkg = cls(spack.spec.Spec(f'py-torchmpi@={v}'))\n"
+        "    fetcher = fs.for_package_version(pkg, v)\n"
+        "    stage = spack.stage.Stage(fetcher, path=f'{sys.argv[1]}/{v}', keep=True)\n"
+        "    stage.create()\n"
+        "    stage.fetch()\n"
+        "    stage.expand_archive()\n"
+        "    print(v, type(fetcher).__name__, stage.source_path)\n"
+    )
+    out = spack.python(code, str(tmp_path), check=False)
+    assert out.returncode == 0, f"a declared version cannot be fetched:\n{out.stderr[-3000:]}"
+    staged = [line.split() for line in out.stdout.splitlines() if len(line.split()) == 3]
+    assert staged, out.stdout
+    for version, fetcher, source in staged:
+        init = Path(source) / "wrapper" / "torchmpi" / "__init__.py"
+        assert f'__version__ = "{version}"' in init.read_text(), (version, fetcher)
+        assert (Path(source) / "wrapper" / "torchmpi" / "sites" / "derecho.yaml").is_file()
 
 
 def test_audit_packages(spack) -> None:
@@ -308,7 +361,7 @@ def test_cuda_arch_is_equal_on_torch_and_nccl(cray_dag: Dag) -> None:
 
 def test_cray_dag_has_mpi4py_with_gtl(cray_dag: Dag) -> None:
     """MPI-first jobs: the environment's mpi4py is torchmpi's, on the same
-    cray-mpich, with Cray's GTL linked (+cuda_aware_mpi)."""
+    cray-mpich, loading Cray's GTL at import (+cuda_aware_mpi)."""
     mpi4py = cray_dag.one("py-mpi4py")
     assert mpi4py["namespace"] == "torchmpi"
     assert cray_dag.variant("py-mpi4py", "cuda_aware_mpi") is True
@@ -401,66 +454,44 @@ def test_build_environment_forces_mpi_and_system_nccl(cray_build_env: dict) -> N
     assert env["TORCH_CUDA_ARCH_LIST"] == "8.0"
 
 
-def _dynamic(elf: Path) -> dict[str, list[str]]:
-    """NEEDED and RPATH/RUNPATH entries of ``elf`` from ``readelf -d``, as tokens."""
-    out = subprocess.run(["readelf", "-d", str(elf)], capture_output=True, text=True,
-                         check=True).stdout
-    found: dict[str, list[str]] = {"NEEDED": [], "PATH": []}
-    for line in out.splitlines():
-        if "(NEEDED)" in line:
-            found["NEEDED"].append(line.split("[", 1)[1].rstrip("]"))
-        elif "(RPATH)" in line or "(RUNPATH)" in line:
-            found["PATH"] += line.split("[", 1)[1].rstrip("]").split(":")
-    return found
+def test_cray_gtl_is_not_linked(spack, cray_installed: Path) -> None:
+    """Cray's GTL is loaded at import, not linked: a torch or mpi4py that
+    NEEDs it does not import on a node without a CUDA driver (docs/design.md,
+    "GTL without a driver"; tests/test_gtl_preload.py).  The build
+    environments ``spack build-env`` gives py-torch and py-mpi4py carry no GTL."""
+    for name in ("py-torch", "py-mpi4py"):
+        out = spack.run("-e", str(cray_installed), "build-env", name, "--", "env",
+                        check=True).stdout
+        linking = [line for line in out.splitlines()
+                   if line.split("=", 1)[0] in ("LDFLAGS", "LDLIBS", "LIBS")]
+        assert not [line for line in linking if "mpi_gtl" in line], (name, linking)
 
 
-@pytest.mark.parametrize("linker_default", ["", "-Wl,--as-needed"])
-def test_cray_gtl_is_really_linked(spack, cray_installed: Path, tmp_path: Path,
-                                   linker_default: str) -> None:
-    """Link the way PyTorch's CMake links libtorch, with the LDFLAGS that
-    ``spack build-env`` gives py-torch, and read the ELF: libmpi_gtl_cuda.so is
-    NEEDED and its directory is on the run path.  Also under a linker that
-    defaults to --as-needed (Ubuntu), since nothing calls into GTL."""
-    ldflags = spack.run("-e", str(cray_installed), "build-env", "py-torch", "--",
-                        "printenv", "LDFLAGS").stdout.strip()
-    tokens = shlex.split(ldflags)
-    gtl_dir = spack.cache_dir.parent / "test-externals" / "mpich" / "8.1.29" / "gtl" / "lib"
-    source = tmp_path / "torch_stub.c"
-    source.write_text("int torch_stub(void) { return 1; }\n")
-    lib = tmp_path / "libtorch_stub.so"
-    cc = shutil.which("gcc") or "cc"
-    # CMake: <LINK_FLAGS = $LDFLAGS -Wl,--no-as-needed> -shared -o <target> <objects>
-    def link(cmake_suffix: list[str]) -> dict[str, list[str]]:
-        subprocess.run([cc, *shlex.split(linker_default), "-fPIC", *tokens, *cmake_suffix,
-                        "-shared", "-o", str(lib), str(source)], check=True)
-        return _dynamic(lib)
-
-    dynamic = link(["-Wl,--no-as-needed"])
-    assert "libmpi_gtl_cuda.so" in dynamic["NEEDED"], (ldflags, dynamic)
-    assert str(gtl_dir) in dynamic["PATH"], (ldflags, dynamic)
-    if linker_default:  # our own flags, without CMake's suffix, keep the entry
-        assert "libmpi_gtl_cuda.so" in link([])["NEEDED"], ldflags
-
-
-@pytest.mark.parametrize("linker_default", ["", "-Wl,--as-needed"])
-def test_cray_gtl_is_really_linked_into_mpi4py(spack, cray_installed: Path, tmp_path: Path,
-                                               linker_default: str) -> None:
-    """Link an extension the way mpi4py's build does (distutils appends $LDFLAGS
-    to the shared-object link command, ahead of the objects) with the LDFLAGS
-    ``spack build-env`` gives py-mpi4py, and read the ELF: a job that calls
-    MPI_Init from mpi4py before importing torch finds GTL."""
-    ldflags = spack.run("-e", str(cray_installed), "build-env", "py-mpi4py", "--",
-                        "printenv", "LDFLAGS").stdout.strip()
-    gtl_dir = spack.cache_dir.parent / "test-externals" / "mpich" / "8.1.29" / "gtl" / "lib"
-    source = tmp_path / "mpi_stub.c"
-    source.write_text("int mpi4py_stub(void) { return 1; }\n")
-    ext = tmp_path / "MPI.so"
-    cc = shutil.which("gcc") or "cc"
-    subprocess.run([cc, "-shared", *shlex.split(linker_default), *shlex.split(ldflags),
-                    "-fPIC", str(source), "-o", str(ext)], check=True)
-    dynamic = _dynamic(ext)
-    assert "libmpi_gtl_cuda.so" in dynamic["NEEDED"], (ldflags, dynamic)
-    assert str(gtl_dir) in dynamic["PATH"], (ldflags, dynamic)
+@pytest.mark.parametrize("name,package", [("py-torch", "torch"), ("py-mpi4py", "mpi4py")])
+def test_cray_install_loads_gtl_first(spack, cray_installed: Path, name: str,
+                                      package: str) -> None:
+    """The package's own post-install step, run on its fake prefix with a
+    stand-in ``__init__.py``: the package then imports ``_torchmpi_gtl`` first,
+    which names the GTL of the DAG's cray-mpich (its ``gtl/lib``)."""
+    code = (
+        "import os, sys, spack.environment as ev\n"
+        "env = ev.active_environment()\n"
+        "spec = next(s for s in env.all_specs() if s.name == sys.argv[1])\n"
+        "site = os.path.join(spec.prefix, 'lib', 'python3', 'site-packages', sys.argv[2])\n"
+        "os.makedirs(site, exist_ok=True)\n"
+        "with open(os.path.join(site, '__init__.py'), 'w') as f:\n"
+        "    f.write('\"\"\"stand-in\"\"\"\\nVERSION = 1\\n')\n"
+        "spec.package.load_gtl_at_import()\n"
+        "print('SITE', site)\n"
+    )
+    out = spack.python(code, name, package, env_dir=cray_installed).stdout
+    site = Path(next(line for line in out.splitlines() if line.startswith("SITE ")).split()[1])
+    lines = (site / "__init__.py").read_text().splitlines()
+    assert lines[1].startswith(f"from {package} import _torchmpi_gtl"), lines
+    gtl = spack.cache_dir.parent / "test-externals" / "mpich" / "8.1.29" / "gtl" / "lib"
+    preload = (site / "_torchmpi_gtl.py").read_text()
+    assert f"GTL = {str(gtl / 'libmpi_gtl_cuda.so')!r}" in preload
+    assert preload.rstrip().endswith("_GTL_HANDLE = preload()")
 
 
 def test_py_torch_carries_mpich_patch_only_for_mpich(

@@ -16,8 +16,8 @@ get-spack.sh) sources; both read the pins from ``scripts/pins.sh``:
 The wrapper is installed editable from the checkout, so the checkout root is
 two levels above this package; ``TORCHMPI_ROOT`` (set by setup-env.sh) wins so
 that a copy of the wrapper installed elsewhere still finds the site files.
-Data the tool itself needs (schema, fabric defaults) is package data and does
-not depend on the checkout.
+Data the tool itself needs (schema, fabric defaults, and the site files for an
+installed doctor) is package data and does not depend on the checkout.
 """
 
 from __future__ import annotations
@@ -34,7 +34,14 @@ def root() -> Path:
 
 
 def sites_dir() -> Path:
-    return root() / "sites"
+    """The checkout's ``sites/``; outside a checkout (an installed tool), the
+    copy the package carries as data (``torchmpi/sites``, a symlink to
+    ``sites/`` in the checkout), so ``doctor --site NAME`` reads the site
+    file the install was built from."""
+    checkout = root() / "sites"
+    if checkout.is_dir():
+        return checkout
+    return Path(__file__).resolve().parent / "sites"
 
 
 def environments_dir() -> Path:

@@ -37,7 +37,7 @@ import yaml
 
 from torchmpi.errors import UserError
 
-#: Cray MPICH moves device buffers only with GTL linked AND this switch on.
+#: Cray MPICH moves device buffers only with GTL in the process AND this switch on.
 GPU_SWITCH = "MPICH_GPU_SUPPORT_ENABLED"
 
 #: The path-list operations, in Spack's own spelling (modules and env_vars).

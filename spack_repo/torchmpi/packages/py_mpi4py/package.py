@@ -5,37 +5,37 @@
 
 On Cray MPICH with ``MPICH_GPU_SUPPORT_ENABLED=1`` (set by the py-torch-mpi
 module), ``MPI_Init`` aborts with "GTL library is not linked" unless
-``libmpi_gtl_cuda`` is in the process.  py-torch links it into libtorch, but a
-launch script that does ``from mpi4py import MPI`` before ``import torch``
-initialises MPI from mpi4py's extension first.  ``+cuda_aware_mpi`` links GTL
-into that extension the same way.  The variant defaults to off and exists only
-on top of cray-mpich, so everyone else gets exactly builtin's mpi4py.
+``libmpi_gtl_cuda`` is in the process.  py-torch loads it when torch is
+imported, but a launch script that does ``from mpi4py import MPI`` before
+``import torch`` initialises MPI from mpi4py's extension first.
+``+cuda_aware_mpi`` loads GTL from ``mpi4py/__init__.py`` the same way (where a
+CUDA driver is present; docs/design.md, "GTL without a driver").  The variant
+defaults to off and exists only on top of cray-mpich, so everyone else gets
+exactly builtin's mpi4py.
 """
 
 from spack_repo.builtin.packages.py_mpi4py.package import PyMpi4py as BuiltinPyMpi4py
-from spack_repo.torchmpi.packages.py_torch.package import cray_gtl_link_tokens
+from spack_repo.torchmpi.packages.py_torch.package import cray_gtl_library, install_gtl_preload
 
 from spack.package import *
 
 
 class PyMpi4py(BuiltinPyMpi4py):
-    """Python bindings for MPI; torchmpi override: optionally links Cray's GPU
-    Transport Layer so that MPI_Init from mpi4py accepts GPU support."""
+    """Python bindings for MPI; torchmpi override: optionally loads Cray's GPU
+    Transport Layer at import so that MPI_Init from mpi4py accepts GPU support."""
 
     variant(
         "cuda_aware_mpi",
         default=False,
         when="^[virtuals=mpi] cray-mpich+cuda",
-        description="Link Cray's GPU Transport Layer (libmpi_gtl_cuda) into mpi4py, so a job "
+        description="Load Cray's GPU Transport Layer (libmpi_gtl_cuda) when mpi4py is imported, "
+        "where a CUDA driver is present, so a job "
         "that imports mpi4py before torch runs with MPICH_GPU_SUPPORT_ENABLED=1",
     )
 
-    def setup_build_environment(self, env: EnvironmentModifications) -> None:
-        super().setup_build_environment(env)
-        if not self.spec.satisfies("+cuda_aware_mpi"):
-            return  # exactly builtin's build
-        # mpi4py's conf/mpidistutils.py customises the compiler through
-        # distutils' sysconfig.customize_compiler, which appends $LDFLAGS to
-        # the shared-object link line ahead of the objects.
-        tokens = cray_gtl_link_tokens(self.spec["mpi"], "py-mpi4py +cuda_aware_mpi")
-        env.append_flags("LDFLAGS", " ".join(tokens))
+    @run_after("install")
+    def load_gtl_at_import(self):
+        """Cray GTL, loaded by ``mpi4py/__init__.py`` before the extension loads libmpi."""
+        if self.spec.satisfies("+cuda_aware_mpi"):
+            gtl = cray_gtl_library(self.spec["mpi"], "py-mpi4py +cuda_aware_mpi")
+            install_gtl_preload(self, "mpi4py", gtl)

@@ -16,7 +16,7 @@ import hashlib
 import os
 
 from spack_repo.builtin.packages.py_torch.package import PyTorch as BuiltinPyTorch
-from spack_repo.torchmpi.packages.py_torch import cuda_aware_mpi
+from spack_repo.torchmpi.packages.py_torch import cuda_aware_mpi, gtl_preload
 
 from spack.package import *
 
@@ -27,6 +27,10 @@ PROCESS_GROUP_MPI = os.path.join("torch", "csrc", "distributed", "c10d", "Proces
 #: package hash covers this file only, not the modules it imports: keeping the
 #: patcher's digest here makes every change to the patcher change py-torch's
 #: hash (a rebuild), and ``patch()`` refuses a patcher that does not match.
+#: sha256 of ``gtl_preload.py``, the module installed as ``torch/_torchmpi_gtl.py``
+#: (and ``mpi4py/_torchmpi_gtl.py``), for the same reason.
+GTL_PRELOAD_SHA256 = "31cdb8d025e9c5a02a352a60448d44a6df6cc76ad5f804afb1b27fc3890c03d9"
+
 CUDA_AWARE_MPI_SHA256 = "aab38b33274d2a920819bb390b85e745eca33cfe796ac22434252d6828083f75"
 
 #: Builtin releases that can be built ``+cuda_aware_mpi`` but have no fixture
@@ -69,29 +73,48 @@ OTHER_MPI_PROVIDERS = (
 )
 
 
-def cray_gtl_link_tokens(mpi: "Spec", who: str) -> list:
-    """Linker tokens that make a shared object NEED Cray's GPU Transport Layer.
+def cray_gtl_library(mpi: "Spec", who: str) -> str:
+    """The path of Cray's GPU Transport Layer library of this cray-mpich.
 
     With cray-mpich, ``MPICH_GPU_SUPPORT_ENABLED=1`` aborts ``MPI_Init``
-    unless ``libmpi_gtl_cuda`` is linked into the process ("GTL library is not
-    linked"), so it is linked into the library that calls ``MPI_Init`` (libtorch
-    here, mpi4py's extension in ``py-mpi4py``) rather than left to
-    ``LD_PRELOAD``.
-
-    Builtin ``cray-mpich``'s ``gtl_lib`` is a dict of ``ldflags`` (``-L`` and
-    ``-Wl,-rpath``) and ``ldlibs`` (``-lmpi_gtl_cuda``), consumed token by
-    token as builtin ``lammps`` does.  ``-Wl,--no-as-needed`` goes just before
-    the library: nothing calls into GTL directly, so a linker that defaults to
-    ``--as-needed`` (Ubuntu, and CMake projects that add it) would otherwise
-    drop the NEEDED entry that MPI_Init looks for.
+    unless ``libmpi_gtl_cuda`` is in the process ("GTL library is not
+    linked").  It is loaded at import, not linked (:func:`install_gtl_preload`;
+    docs/design.md, "GTL without a driver": a link makes torch unimportable
+    on nodes without a CUDA driver).  Builtin ``cray-mpich``'s ``gtl_lib`` is a
+    dict of ``ldflags`` (``-L<dir>``, ``-Wl,-rpath,<dir>``) and ``ldlibs``
+    (``-lmpi_gtl_cuda``); the path is ``<dir>/lib<name>.so``.
     """
     gtl = mpi.package.gtl_lib
-    if not gtl.get("ldlibs"):
+    dirs = [flag[2:] for flag in gtl.get("ldflags", []) if flag.startswith("-L")]
+    if not gtl.get("ldlibs") or not dirs:
         raise InstallError(
             f"cray-mpich found no GTL library for this GPU: {who} would abort in "
             "MPI_Init with MPICH_GPU_SUPPORT_ENABLED=1"
         )
-    return [*gtl.get("ldflags", []), "-Wl,--no-as-needed", *gtl["ldlibs"]]
+    return os.path.join(dirs[0], "lib" + gtl["ldlibs"][0][2:] + ".so")
+
+
+def install_gtl_preload(pkg, package: str, gtl: str) -> None:
+    """Write ``_torchmpi_gtl.py`` into the installed Python package ``package``
+    and import it first from its ``__init__.py`` (``gtl_preload.add_to_package``)."""
+    with open(gtl_preload.__file__, "rb") as stream:
+        digest = hashlib.sha256(stream.read()).hexdigest()
+    if digest != GTL_PRELOAD_SHA256:
+        raise InstallError(
+            f"{gtl_preload.__file__} changed (sha256 {digest}) but GTL_PRELOAD_SHA256 in "
+            "py_torch/package.py was not updated"
+        )
+    inits = []
+    for dirpath, _, filenames in os.walk(pkg.prefix):
+        parent = os.path.basename(os.path.dirname(dirpath))
+        if (os.path.basename(dirpath) == package and "__init__.py" in filenames
+                and parent in ("site-packages", "dist-packages")):
+            inits.append(os.path.join(dirpath, "__init__.py"))
+    if len(inits) != 1:
+        raise InstallError(f"{pkg.name}: expected one {package}/__init__.py in {pkg.prefix}: "
+                           f"{inits}")
+    gtl_preload.add_to_package(os.path.dirname(inits[0]), package, gtl)
+    tty.msg(f"torchmpi: {package} loads {gtl} at import where a CUDA driver is present")
 
 
 class PyTorch(BuiltinPyTorch):
@@ -153,12 +176,12 @@ class PyTorch(BuiltinPyTorch):
         ) and not self.spec.satisfies("^[virtuals=mpi] openmpi-cuda")
 
     @property
-    def gtl_link_flags(self) -> list[str]:
-        """Linker flags for Cray's GPU Transport Layer, empty when not needed
-        (see :func:`cray_gtl_link_tokens`)."""
+    def gtl_library(self) -> str:
+        """Cray's GTL library to load at import, empty when not needed
+        (see :func:`cray_gtl_library`)."""
         if not self.spec.satisfies("+cuda_aware_mpi ^[virtuals=mpi] cray-mpich+cuda"):
-            return []
-        return cray_gtl_link_tokens(self.spec["mpi"], "py-torch +cuda_aware_mpi")
+            return ""
+        return cray_gtl_library(self.spec["mpi"], "py-torch +cuda_aware_mpi")
 
     def patch(self):
         super().patch()
@@ -188,8 +211,10 @@ class PyTorch(BuiltinPyTorch):
             # Builtin sets NCCL_LIB_DIR/NCCL_INCLUDE_DIR; NCCL_ROOT keeps
             # FindNCCL from picking a second NCCL elsewhere on the system.
             env.set("NCCL_ROOT", self.spec["nccl"].prefix)
-        flags = self.gtl_link_flags
-        if flags:
-            # PyTorch's CMake reads $LDFLAGS into CMAKE_SHARED_LINKER_FLAGS;
-            # whole tokens, never the str() of builtin's dict.
-            env.append_flags("LDFLAGS", " ".join(flags))
+
+    @run_after("install")
+    def load_gtl_at_import(self):
+        """Cray GTL, loaded by ``torch/__init__.py`` before libtorch loads libmpi."""
+        gtl = self.gtl_library
+        if gtl:
+            install_gtl_preload(self, "torch", gtl)

@@ -45,7 +45,7 @@ class PyTorchMpi(BundlePackage, CudaPackage):
     variant(
         "mpi4py",
         default=True,
-        description="Include mpi4py built on the same MPI (on Cray MPICH with GTL linked, so "
+        description="Include mpi4py built on the same MPI (on Cray MPICH loading GTL, so "
         "a job that imports mpi4py before torch runs with MPICH_GPU_SUPPORT_ENABLED=1)",
     )
 
@@ -110,8 +110,8 @@ class PyTorchMpi(BundlePackage, CudaPackage):
             )
 
     def setup_run_environment(self, env: EnvironmentModifications) -> None:
-        # Cray MPICH moves device buffers only with GTL linked (py-torch links
-        # it for +cuda_aware_mpi) AND this switch; set them together.  CSCS
+        # Cray MPICH moves device buffers only with GTL in the process (py-torch
+        # loads it at import for +cuda_aware_mpi) AND this switch; set them together.  CSCS
         # warns that GPU-aware MPI next to NCCL can deadlock and sets 0 for
         # PyTorch: a site file may override this value (docs/design.md).
         if self.spec.satisfies("+cuda_aware_mpi ^[virtuals=mpi] cray-mpich"):

@@ -9,9 +9,11 @@ mirror.  Here the tool is a normal Python package whose source Spack tracks.
 No release tarball is published yet.  Every rendered environment names the
 checkout in its ``develop:`` section (``spack develop``): Spack records it as
 ``dev_path`` in the spec (so in the hash) and rebuilds the tool when its files
-change.  Outside such an environment the source is the git repository this
-package directory lives in, at the tag of the version.  A published release
-replaces ``git`` with its URL and a checksum; nothing else changes for users.
+change.  Outside such an environment (``make install-site``, then ``spack
+install py-torch-mpi``) the source is the git repository this package
+directory lives in, at the commit of the version (tests/test_packages.py
+fetches every version the way Spack does).  A published release replaces
+``git`` with its URL and a checksum; nothing else changes for users.
 """
 
 import os
@@ -32,15 +34,24 @@ class PyTorchmpi(PythonPackage):
     license("Apache-2.0 OR MIT")
 
     # Equal to wrapper/torchmpi/__init__.py's __version__ (tests check it).
-    version("0.1.0", tag="v0.1.0")
+    # No tag is published: a version is a commit of this repository's history
+    # (Spack clones the repository and checks the commit out).  A checkout
+    # without that history (a tarball, a shallow clone) cannot fetch it; see
+    # docs/admins.md.  A new version: bump __version__, commit, add a line
+    # here naming that commit.
+    version("0.1.0", commit="b2815f06a95cdcae023e1e37be335bc4d2b54168")
 
     depends_on("python@3.9:", type=("build", "run"))
     depends_on("py-setuptools@61:", type="build")
-    # The compute-node verbs (doctor, allreduce) need only PyYAML; the site
-    # verbs (render, concretize, ...) run from the checkout's venv on a login
-    # node and report a missing module by name instead of failing to import.
+    # Spack installs Python packages with `pip --no-deps`: every requirement
+    # of pyproject.toml is declared here (tests/test_packages.py checks), so
+    # the installed doctor can read a site file (`--site`: ruamel.yaml parses
+    # it, jsonschema validates it) on a compute node, without the checkout.
     depends_on("py-pyyaml@6:", type="run")
+    depends_on("py-ruamel-yaml@0.18:", type="run")
+    depends_on("py-jsonschema@4:", type="run")
+    depends_on("py-archspec@0.2:", type="run")
 
-    # `spack test run`'s import check: what a compute node needs (the site
-    # verbs' modules import jinja2/jsonschema, which are not run dependencies).
-    import_modules = ("torchmpi", "torchmpi.cli")
+    # `spack test run`'s import check: the CLI and the site loader the doctor's
+    # `--site` uses (it finds site files by name among the package's data).
+    import_modules = ("torchmpi", "torchmpi.cli", "torchmpi.site")
