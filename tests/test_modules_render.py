@@ -125,7 +125,7 @@ def test_cray_gpu_switch_contradicting_gtl_is_rejected(tmp_path: Path) -> None:
         d["mpi"]["cuda_aware"] = False
         d["runtime"]["env"]["MPICH_GPU_SUPPORT_ENABLED"] = 1
 
-    with pytest.raises(UserError, match=r"must be 0 here.*links no GTL"):
+    with pytest.raises(UserError, match=r"must be 0 here.*loads no GTL"):
         _site(tmp_path, "derecho", gtl_off_but_switch_on)
 
 

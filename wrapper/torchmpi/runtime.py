@@ -96,9 +96,10 @@ def launcher_flags() -> tuple[dict[str, str], ...]:
 def cray_gpu_switch(data: dict[str, Any]) -> str | None:
     """The value MPICH_GPU_SUPPORT_ENABLED must have on this site, or None if it does not apply.
 
-    ``+cuda_aware_mpi`` links Cray's GTL into torch, which then needs the switch
-    at 1 (without it: segfaults on device buffers); ``~cuda_aware_mpi`` links no
-    GTL, and 1 would make MPI_Init abort ("GTL library is not linked").
+    ``+cuda_aware_mpi`` makes torch load Cray's GTL at import on a GPU node, which
+    then needs the switch at 1 (without it: segfaults on device buffers);
+    ``~cuda_aware_mpi`` loads no GTL, and 1 would make MPI_Init abort ("GTL library
+    is not linked").
     """
     mpi = data.get("mpi", {})
     if mpi.get("kind") != "cray-mpich" or not isinstance(data.get("gpu"), dict):

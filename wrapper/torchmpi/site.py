@@ -257,7 +257,7 @@ def _semantic_errors(data: dict[str, Any]) -> list[tuple[tuple, str]]:
     switch = runtime.cray_gpu_switch(data)
     stated = (data.get("runtime") or {}).get("env", {}).get(runtime.GPU_SWITCH)
     if switch is not None and stated is not None and str(stated) != switch:
-        gtl = "links Cray's GTL" if switch == "1" else "links no GTL"
+        gtl = "loads Cray's GTL" if switch == "1" else "loads no GTL"
         errors.append((("runtime", "env", runtime.GPU_SWITCH), (
             f"must be {switch} here: mpi.cuda_aware is {str(switch == '1').lower()}, so torch"
             f" {gtl}; the switch and GTL go together or not at all (to run without GPU-aware"

@@ -146,14 +146,15 @@ GPU_SWITCH = "MPICH_GPU_SUPPORT_ENABLED"
 
 
 def gtl_linked(torch_ldd: str, env: Mapping[str, str], loaded: Iterable[str] = ()) -> bool:
-    """Is Cray's GPU transport layer in the process: loaded, linked into torch, or preloaded?"""
+    """Is Cray's GPU transport layer in the process: loaded (py-torch ``+cuda_aware_mpi`` loads it
+    when torch is imported on a node with a CUDA driver), linked into torch, or preloaded?"""
     return any("libmpi_gtl_cuda" in text
                for text in (torch_ldd, env.get("LD_PRELOAD", ""), *loaded))
 
 
 def check_cray_gpu_support(mpi: MpiInfo, env: Mapping[str, str], torch_ldd: str,
                            loaded: Iterable[str] = ()) -> Check:
-    """Cray MPICH needs GTL linked *and* MPICH_GPU_SUPPORT_ENABLED=1, or neither."""
+    """Cray MPICH needs GTL in the process *and* MPICH_GPU_SUPPORT_ENABLED=1, or neither."""
     name = "mpi.cray_gpu"
     value = env.get(GPU_SWITCH)
     if mpi.kind != "cray-mpich" and value is None:
@@ -162,26 +163,27 @@ def check_cray_gpu_support(mpi: MpiInfo, env: Mapping[str, str], torch_ldd: str,
     if value not in (None, "0", "1"):
         return Check(name, WARN,
                      f"{GPU_SWITCH}={value!r} is neither 0 nor 1; GTL is "
-                     f"{'linked' if gtl else 'not linked'}, so it must be "
+                     f"{'loaded' if gtl else 'not loaded'}, so it must be "
                      f"{'1' if gtl else '0 (or unset)'}",
                      f"export {GPU_SWITCH}={'1' if gtl else '0'}")
     enabled = value == "1"
     if enabled and not gtl:
         return Check(
             name, FAIL,
-            f"{GPU_SWITCH}=1 but libmpi_gtl_cuda is not linked into torch nor in "
-            "LD_PRELOAD: MPI_Init aborts ('GTL library is not linked')",
-            "use the py-torch-mpi build linked with GTL, or LD_PRELOAD "
+            f"{GPU_SWITCH}=1 but libmpi_gtl_cuda is not loaded (by torch's import, a link or "
+            "LD_PRELOAD): MPI_Init aborts ('GTL library is not linked')",
+            "use a py-torch-mpi built +cuda_aware_mpi (its torch loads GTL on a GPU node), "
+            "or LD_PRELOAD "
             f"$CRAY_MPICH_ROOTDIR/gtl/lib/libmpi_gtl_cuda.so, or set {GPU_SWITCH}=0",
         )
     if gtl and not enabled:
         shown = "unset" if value is None else f"={value}"
         return Check(name, FAIL,
-                     f"libmpi_gtl_cuda is linked but {GPU_SWITCH} is {shown}, not 1: "
+                     f"libmpi_gtl_cuda is loaded but {GPU_SWITCH} is {shown}, not 1: "
                      "CUDA buffers passed to MPI segfault without a message",
                      f"export {GPU_SWITCH}=1 (or 0 and pass only CPU tensors to MPI)")
     if enabled:
-        return Check(name, PASS, f"GPU-aware Cray MPICH: GTL linked and {GPU_SWITCH}=1")
+        return Check(name, PASS, f"GPU-aware Cray MPICH: GTL loaded and {GPU_SWITCH}=1")
     shown = "unset" if value is None else "0"
     return Check(name, PASS, f"GPU support off (no GTL, {GPU_SWITCH} {shown}): "
                              "MPI carries CPU tensors, NCCL the CUDA ones")
