@@ -220,3 +220,30 @@ def test_compiler_version_of_the_real_gcc_is_full() -> None:
     full = subprocess.run([gcc, "-dumpfullversion"], capture_output=True, text=True,
                           check=True).stdout.strip()
     assert offsite.compiler_version(Path(gcc)) == full and full.count(".") == 2
+
+
+def test_reframe_interrupted_by_a_full_disk_leaves_old_files_whole(tmp_path: Path) -> None:
+    """The same for ``torchmpi reframe``: its files are replaced all or none, and a
+    failed write leaves no temporary file beside them (it had its own writer)."""
+    from torchmpi import reframe as rfmconf
+
+    out = tmp_path / "rfm"
+    cli = [sys.executable, "-m", "torchmpi", "reframe"]
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    old_site = edited_site(tmp_path, "derecho")
+    subprocess.run([*cli, str(old_site.path), "-o", str(out)], check=True, env=env,
+                   capture_output=True, text=True, timeout=300)
+    old = {p.name: p.read_bytes() for p in out.iterdir()}
+    new_dir = tmp_path / "new"
+    new_dir.mkdir()
+    new_site = edited_site(new_dir, "derecho",
+                           lambda d: d.update(description=d["description"] + " (changed)"))
+    files = rfmconf.build(new_site, out).files
+    assert all(files[name].encode() != old[name] for name in files), "every file must change"
+    sizes = sorted(len(text.encode()) for text in files.values())
+    proc = subprocess.run([*cli, str(new_site.path), "-o", str(out), "--force"],
+                          preexec_fn=_limit_file_size(sizes[-2] + 1), capture_output=True,
+                          text=True, timeout=300, env=env, check=False)
+    assert proc.returncode != 0, proc.stdout
+    assert "Traceback" not in proc.stderr and "cannot write" in proc.stderr, proc.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == old

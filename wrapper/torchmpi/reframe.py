@@ -31,12 +31,10 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import os
 import re
 import shlex
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -323,18 +321,5 @@ def write(out: Output, force: bool = False) -> list[str]:
     if foreign and not force:
         raise UserError(f"{outdir}: {', '.join(foreign)} not written by torchmpi reframe; "
                         "choose another directory, or re-run with --force to replace it")
-    temps = []
-    try:
-        for name, text in out.files.items():
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=outdir)
-            with os.fdopen(fd, "w") as handle:
-                handle.write(text)
-            os.chmod(tmp, 0o755 if name == SCRIPT else 0o644)
-            temps.append((tmp, outdir / name))
-    except OSError as err:
-        for tmp, _ in temps:
-            os.unlink(tmp)
-        raise UserError(f"{outdir}: cannot write: {err.strerror}") from None
-    for tmp, dest in temps:
-        os.replace(tmp, dest)
+    render.replace_files(outdir, out.files, {SCRIPT: 0o755})
     return list(out.files)

@@ -182,21 +182,33 @@ def write(outdir: Path, files: dict[str, str], force: bool = False) -> Result:
             f" {rendered_from(next(iter(files.values())))}; choose another output directory,"
             " or re-run with --force to replace that environment"
         )
+    replace_files(outdir, {name: files[name] for name in changed})
+    return Result(written=changed)
+
+
+def replace_files(outdir: Path, files: dict[str, str], modes: dict[str, int] | None = None,
+                  ) -> None:
+    """Replace ``outdir/NAME`` with each text, all or none.
+
+    Every text goes to a temporary file beside its destination first; only when
+    all are written are they renamed into place (a rename within a directory is
+    atomic), so a full disk or a kill midway leaves every old file whole and no
+    temporary file behind.  The one writer of every verb that writes files.
+    """
     temps = []
     try:
-        for name in changed:
+        for name, text in files.items():
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=outdir)
             temps.append((tmp, outdir / name))  # before writing: a failed write is removed too
             with os.fdopen(fd, "w") as fh:
-                fh.write(files[name])
-            os.chmod(tmp, 0o644)
+                fh.write(text)
+            os.chmod(tmp, (modes or {}).get(name, 0o644))
     except OSError as err:
         for tmp, _ in temps:
             os.unlink(tmp)
         raise UserError(f"{outdir}: cannot write: {err.strerror}") from None
     for tmp, dest in temps:
         os.replace(tmp, dest)
-    return Result(written=changed)
 
 
 def default_outdir(site: Site) -> Path:
