@@ -131,3 +131,27 @@ def test_users_job_examples_show_each_launcher_flag():
     for rule in site_env.launcher_rules():
         assert rule.slurm_flag.split()[-1] in text and rule.pbs_flag in text
         assert f"SLURM_NETWORK={rule.slurm_value}" in text
+
+
+def test_installed_tool_reads_its_site_without_the_package_repositories(tmp_path) -> None:
+    """An installed tool (no checkout: no spack_repo/, no pinned builtin repo) still
+    compares a job with its site: ``doctor --site`` must not need the files the
+    build-time rules read (vouched pairs, torch releases, CUDA ranges)."""
+    import json
+    import os
+
+    from torchmpi import paths
+
+    target = tmp_path / "inst"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                    "--no-build-isolation", "--no-compile", "--target", str(target),
+                    str(paths.root())], check=True, capture_output=True, text=True, timeout=600)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHMPI_")}
+    env["PYTHONPATH"] = str(target)
+    proc = subprocess.run([sys.executable, "-m", "torchmpi", "doctor", "--site", "derecho",
+                           "--json"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout.strip(), proc.stderr
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert checks["site.env"]["status"] in ("PASS", "FAIL"), checks.get("site.env")

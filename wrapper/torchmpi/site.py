@@ -226,8 +226,14 @@ def _target_error(value: Any, what: str) -> str | None:
             " x86_64_v3 (`spack arch -t` on a compute node prints it)")
 
 
-def _semantic_errors(data: dict[str, Any]) -> list[tuple[tuple, str]]:
-    """Rules that read better in code than in JSON schema."""
+def _semantic_errors(data: dict[str, Any], build_rules: bool = True,
+                     ) -> list[tuple[tuple, str]]:
+    """Rules that read better in code than in JSON schema.
+
+    ``build_rules``: also the rules about what Spack will build (vouched pairs,
+    torch releases, CUDA ranges), which read the package repositories; an
+    installed tool has none of them and needs only the site's runtime.
+    """
     errors: list[tuple[tuple, str]] = []
     local = data.get("name") == LOCAL
     target = data.get("target")
@@ -250,7 +256,7 @@ def _semantic_errors(data: dict[str, Any]) -> list[tuple[tuple, str]]:
         errors.append((("nccl", "plugin"), (
             "the aws-ofi-nccl plugin is only built for fabric: slingshot"
             f" (this site says fabric: {data.get('fabric')})")))
-    if nccl and data.get("fabric") == "slingshot":  # refused here, not after a solve
+    if build_rules and nccl and data.get("fabric") == "slingshot":  # not after a solve
         unvouched = pairs.problem(nccl)
         if unvouched:
             errors.append(unvouched)
@@ -263,8 +269,9 @@ def _semantic_errors(data: dict[str, Any]) -> list[tuple[tuple, str]]:
             f" {gtl}; the switch and GTL go together or not at all (to run without GPU-aware"
             " MPI, e.g. for CSCS's MPI-with-NCCL deadlock warning, set mpi.cuda_aware: false)")))
     errors.extend(runtime.problems(data))  # `$` references, set-and-prepend
-    errors.extend(siterules.problems(data))  # what a solve or a build would find late
-    errors.extend(torches.problems(data))  # torch releases the site may not choose
+    if build_rules:
+        errors.extend(siterules.problems(data))  # what a solve or a build would find late
+        errors.extend(torches.problems(data))  # torch releases the site may not choose
     if local:
         return errors
     for key in auto_keys(data):
@@ -287,12 +294,12 @@ def _where(lines: dict, key_path: tuple) -> tuple[int, int]:
     return _nearest(lines, key_path)
 
 
-def validate(path: Path, data: dict[str, Any], lines: dict) -> None:
+def validate(path: Path, data: dict[str, Any], lines: dict, build_rules: bool = True) -> None:
     """Raise one UserError listing every problem, each with file:line:column and key path."""
     validator = _Validator(_schema())
     problems = [_describe(e) for e in validator.iter_errors(data)]
     if not problems:
-        problems = _semantic_errors(data)
+        problems = _semantic_errors(data, build_rules)
     if data.get("name") not in (None, path.stem) and not problems:
         msg = (f"name {data['name']!r} differs from the file name {path.stem!r};"
                " allowed: the file name without .yaml")
@@ -307,11 +314,15 @@ def validate(path: Path, data: dict[str, Any], lines: dict) -> None:
     raise UserError("invalid site file\n  " + "\n  ".join(out))
 
 
-def load(name_or_path: str) -> Site:
-    """Find, read, parse and validate a site; for ``local`` fill in detected host facts."""
+def load(name_or_path: str, build_rules: bool = True) -> Site:
+    """Find, read, parse and validate a site; for ``local`` fill in detected host facts.
+
+    ``build_rules=False`` is for the doctor of an installed tool: it skips the rules
+    that read the package repositories (render and concretize apply them).
+    """
     path = resolve(name_or_path)
     data, lines, raw = parse(path)
-    validate(path, data, lines)
+    validate(path, data, lines, build_rules)
     site = Site(name=data["name"], path=path, data=data, raw=raw)
     if auto_keys(data):
         detect.fill_in(site)

@@ -41,7 +41,9 @@ def load_expectation(name_or_path: str) -> SiteExpectation:
             f"(pip install {missing}, or run the doctor where `torchmpi sites` works)"))
     from torchmpi import runtime
 
-    loaded = site_files.load(name_or_path)
+    # Without the build-time rules: an installed tool has no package repositories,
+    # and comparing a job with its site needs only the site's runtime and layout.
+    loaded = site_files.load(name_or_path, build_rules=False)
     return SiteExpectation(loaded.name, loaded.data, runtime.environment(loaded.data))
 
 

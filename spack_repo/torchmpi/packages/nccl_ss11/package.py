@@ -39,9 +39,11 @@ VOUCHED_PAIRS = (
         "2.4.0",
         "slingshot",
         "CSCS",
-        "CSCS PyTorch uenv v2.9.1, eth-cscs/alps-uenv@0db6323 recipes/pytorch/v2.9.1/gh200/"
-        "environments.yaml and eth-cscs/cscs-docs@fde5e5f docs/software/ml/pytorch.md "
-        "(also: aws/aws-ofi-nccl v1.18.0 RELEASENOTES.md:12 supports NCCL 2.29.2-1)",
+        (
+            "CSCS PyTorch uenv v2.9.1, eth-cscs/alps-uenv@0db6323 recipes/pytorch/v2.9.1/gh200/"
+            "environments.yaml and eth-cscs/cscs-docs@fde5e5f docs/software/ml/pytorch.md "
+            "(also: aws/aws-ofi-nccl v1.18.0 RELEASENOTES.md:12 supports NCCL 2.29.2-1)"
+        ),
     ),
     (
         "2.29.2-1",
