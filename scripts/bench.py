@@ -110,8 +110,11 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-#: Sites with a from-source target (docs/performance.md): Derecho <= 50.
-FROM_SOURCE_TARGET = {"derecho": 50}
+#: Sites with a from-source target (docs/performance.md): <= 60 on each Cray site
+#: that reuses its centre's published stack (issue 18).  Derecho was 45 against an
+#: older target of 50; the installed tool's own dependencies (jsonschema,
+#: ruamel.yaml, archspec, so that `doctor --site` works from the module) add 8.
+FROM_SOURCE_TARGET = {"derecho": 60}
 
 
 def bars(rows: list[dict], width: int = 50) -> str:

@@ -49,7 +49,11 @@ class PyTorchmpi(PythonPackage):
     # it, jsonschema validates it) on a compute node, without the checkout.
     depends_on("py-pyyaml@6:", type="run")
     depends_on("py-ruamel-yaml@0.18:", type="run")
-    depends_on("py-jsonschema@4:", type="run")
+    # 4.17 is the newest jsonschema without referencing/rpds-py, whose Rust
+    # build (rust, maturin, ...) took Derecho from 45 to 64 packages built from
+    # source; the tool validates with Draft202012Validator, which 4.x all have
+    # (its site loads are tested with jsonschema 4.17.3 and 4.26.0).
+    depends_on("py-jsonschema@4:4.17", type="run")
     depends_on("py-archspec@0.2:", type="run")
 
     # `spack test run`'s import check: the CLI and the site loader the doctor's
