@@ -110,8 +110,9 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-#: Sites with a from-source target (docs/performance.md): Derecho <= 50.
-FROM_SOURCE_TARGET = {"derecho": 50}
+#: Sites with a from-source target (docs/performance.md): Derecho <= 50; Alps
+#: <= 60 (issue 18: CSCS's PyTorch uenv as externals).
+FROM_SOURCE_TARGET = {"derecho": 50, "alps-gh200": 60}
 
 
 def bars(rows: list[dict], width: int = 50) -> str:
