@@ -111,7 +111,8 @@ def table(rows: list[dict]) -> str:
 
 
 #: Sites with a from-source target (docs/performance.md): Derecho <= 50; Alps
-#: <= 60 (issue 18: CSCS's PyTorch uenv as externals).
+#: <= 60 (CSCS's PyTorch uenv as externals; Perlmutter has no target: NERSC
+#: publishes too few externals to reach 60, docs/performance.md).
 FROM_SOURCE_TARGET = {"derecho": 50, "alps-gh200": 60}
 
 
