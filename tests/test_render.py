@@ -63,6 +63,27 @@ def test_committed_files_parse(name: str, tmp_path: Path) -> None:
     assert sourced((env / "runtime.sh").read_text(), tmp_path) == runtime.environment(site.data)
 
 
+@pytest.mark.parametrize("name", committed())
+def test_each_package_has_one_key(name: str) -> None:
+    """Spack reads `'pkg:'` as `pkg` (with `::`), so a package keyed both ways
+    (a requirement and a site external) is a duplicate key: Spack refuses the
+    file ("found duplicate key") before it solves."""
+    packages = yaml.safe_load((paths.environments_dir() / name / "packages.yaml").read_text())
+    keys = [k.rstrip(":") for k in packages["packages"]]
+    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
+
+
+def test_external_with_a_requirement_keeps_both(tmp_path: Path) -> None:
+    """A site external for a package torchmpi also requires something of
+    (py-networkx ~default) renders as one entry carrying both."""
+    path = _copy(tmp_path, "perlmutter", lambda d: d.setdefault("externals", []).append(
+        {"spec": "py-networkx@3.5 ~default", "prefix": "/usr"}))
+    _, data = spackenv.packages_yaml(sitemod.load(str(path)))
+    entries = {k: v for k, v in data["packages"].items() if k.rstrip(":") == "py-networkx"}
+    assert list(entries.values()) == [{"buildable": True, "require": ["~default"], "externals": [
+        {"spec": "py-networkx@3.5 ~default", "prefix": "/usr"}]}]
+
+
 def test_sites_is_the_only_list_of_sites() -> None:
     """A committed environment exists exactly for the non-detected site files
     (environments/local, rendered per host by `make demo`, is git-ignored)."""

@@ -18,7 +18,8 @@ import yaml
 from torchmpi import paths, runtime
 
 #: Top-level keys whose values come from the centre and must cite it.
-CITED_SECTIONS = {"target", "os", "compilers", "gpu", "mpi", "libfabric", "nccl", "runtime"}
+CITED_SECTIONS = {"target", "os", "compilers", "gpu", "mpi", "libfabric", "nccl", "runtime",
+                  "externals"}
 #: Keys that are the tool's own choice or prose, not a centre's fact.
 UNCITED_KEYS = {"kind", "source"}
 #: Sites whose every value in CITED_SECTIONS cites a source (Derecho: see
@@ -54,7 +55,7 @@ def value_lines(text: str) -> Iterator[tuple[int, str, str, str]]:
         if block_indent is not None and indent > block_indent:
             continue
         block_indent = None
-        if indent == 0:
+        if indent == 0 and not code.startswith("- "):  # a list item keeps its section
             section = code.split(":", 1)[0]
         m = re.match(r"\s*(?:-\s+)?(?:([\w-]+):)?\s*(.*)$", code)
         key, value = m.group(1), m.group(2).strip()
@@ -177,6 +178,72 @@ def test_ll128_is_not_a_slingshot_default() -> None:
     _, defaults = runtime.fabric_defaults("slingshot")
     assert "NCCL_PROTO" not in dict(defaults)
     assert "Slingshot runtime defaults" in (paths.root() / "docs" / "design.md").read_text()
+
+
+# --- Reuse: each Cray site's externals come from what its centre publishes -----------
+
+#: Per site: the header key of the centre's published stack its externals
+#: cite, the one prefix that source gives them, and the fewest externals the
+#: from-source counts of docs/performance.md were measured with (issue 18).
+CENTRE_EXTERNALS = {
+    # NERSC/spack-infrastructure settings/perlmutter/packages.yaml: SLES
+    # packages at /usr (NERSC publishes no install paths of its Spack stacks).
+    "perlmutter": ("pkgs", "/usr", 14),
+    # CSCS's PyTorch uenv v2.9.1 package tables (cscs-docs pytorch.md), all
+    # linked into the uenv's `default` view.
+    "alps-gh200": ("table", "/user-environment/env/default", 80),
+}
+
+
+def _externals_lines(text: str) -> list[tuple[str, str]]:
+    """(code, comment) of each `externals:` value line."""
+    return [(code, comment) for _, section, code, comment in value_lines(text)
+            if section == "externals"]
+
+
+@pytest.mark.parametrize("site", sorted(CENTRE_EXTERNALS))
+def test_centre_externals_cite_the_centres_stack(site: str) -> None:
+    key, prefix, least = CENTRE_EXTERNALS[site]
+    text = _text(site)
+    externals = yaml.safe_load(text).get("externals") or []
+    assert len(externals) >= least, f"{site}: {len(externals)} externals, fewer than {least}"
+    assert key in defined_keys(text), f"{site}: the header does not define [{key}]"
+    lines = _externals_lines(text)
+    assert len(lines) == 2 * len(externals), "one spec and one prefix line per external"
+    specs = [c for c, _ in lines if c.startswith("- spec:")]
+    assert len(specs) == len(externals)
+    assert not [c for c, comment in lines if c.startswith("- spec:")
+                and key not in CITATION.findall(comment)], f"every spec cites [{key}]"
+    assert {e["prefix"] for e in externals} == {prefix}
+    for ext in externals:
+        name, _, version = ext["spec"].split()[0].partition("@")
+        assert name and version, f"{site}: {ext['spec']!r} names no version"
+
+
+def test_alps_python_packages_name_the_uenvs_python() -> None:
+    externals = yaml.safe_load(_text("alps-gh200"))["externals"]
+    pythons = [e["spec"] for e in externals if e["spec"].startswith("python@")]
+    assert len(pythons) == 1
+    python = pythons[0].split()[0]
+    extensions = [e["spec"] for e in externals if e["spec"].startswith("py-")]
+    assert extensions and all(f"^{python}" in s.split() for s in extensions), extensions
+
+
+def test_built_pair_is_not_taken_from_a_centre() -> None:
+    """torchmpi builds NCCL, its plugin and torch itself; a centre's copy (the
+    uenv's is built for cuda_arch=90a) is never an external."""
+    for site in CENTRE_EXTERNALS:
+        names = {e["spec"].split("@")[0]
+                 for e in yaml.safe_load(_text(site)).get("externals") or []}
+        assert not names & {"nccl", "aws-ofi-nccl", "py-torch", "py-mpi4py", "magma"}, site
+
+
+def test_uncited_external_is_reported() -> None:
+    """The scanner sees externals lines: dropping a citation is caught."""
+    text = _text("perlmutter").replace("- spec: git@2.35.3                  # [pkgs]",
+                                       "- spec: git@2.35.3")
+    assert [code for code, comment in _externals_lines(text)
+            if not CITATION.findall(comment)] == ["- spec: git@2.35.3"]
 
 
 # --- Derecho: cuDNN as NCAR's PyTorch build loads it ---------------------------------

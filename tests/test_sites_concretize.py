@@ -172,8 +172,8 @@ def test_site_builds_at_most_its_target_from_source(solved, name) -> None:
     lock = _lock(solved, name)
     built = sorted(n.name for n in lock.to_build)
     assert len(built) <= _from_source_targets()[name], (len(built), built)
-    # The site's python stack is reused, not rebuilt.
-    assert all(n.external for n in lock.named("python")), "python must be NCAR's"
+    # The centre's python stack (NCAR's, CSCS's uenv) is reused, not rebuilt.
+    assert all(n.external for n in lock.named("python")), "python must be the centre's"
 
 
 @pytest.mark.parametrize("name", [n for n in SITES if not sitemod.load(n).is_local])

@@ -1,7 +1,7 @@
 # Rendered by torchmpi 0.1.0 from sites/alps-gh200.yaml; do not edit by hand:
 # change the site file and run `torchmpi render alps-gh200` (docs/sites.md).
 # spack v1.1.0, builtin spack-packages v2026.06.0
-# site-sha256: 2ee6cc8120cfb1437e17671d24b3b7312d594dd4a55851fb0d8871d1b8f0788d
+# site-sha256: c92be75e6769a81798d7a104b90289a8df4bb8e2e268115d3771891655844b87
 # body-sha256: a36f57ccb4c644d658b0d4f95c87b53820224ec80dcc7e19c442301a458bde04
 # Runtime variables for jobs on 'alps-gh200' (launcher: slurm, fabric: slingshot).
 # Source this file in the job script; it changes nothing at build time.

@@ -1,7 +1,7 @@
 # Rendered by torchmpi 0.1.0 from sites/perlmutter.yaml; do not edit by hand:
 # change the site file and run `torchmpi render perlmutter` (docs/sites.md).
 # spack v1.1.0, builtin spack-packages v2026.06.0
-# site-sha256: d45a1bcd173be58f0f09b1c6f4be3b0b80162a05229359f95875bc3163304a66
+# site-sha256: 003f7b491da21fd941fdaba059014563fd5f7346e97e4c09ba0620ce02216642
 # body-sha256: 8470042915c1a582595ed65ad26dc934a5cb7525d374d8a3aed07877d7d2a613
 # Runtime variables for jobs on 'perlmutter' (launcher: slurm, fabric: slingshot).
 # Source this file in the job script; it changes nothing at build time.

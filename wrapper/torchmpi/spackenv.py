@@ -240,6 +240,13 @@ def packages_yaml(site: Site) -> tuple[list[Part], dict[str, Any]]:
     }
     # `name::` (quoted key 'name:') replaces what lower scopes say about it.
     ext = {f"{name}:": entry for name, entry in externals(site).items()}
+    # Spack reads 'name:' as name, so a package with a site external carries
+    # its requirement in that one entry (two keys are a duplicate-key error).
+    for wanted in (pins, optional):
+        for name in [n for n in wanted if f"{n}:" in ext]:
+            entry = ext[f"{name}:"]
+            ext[f"{name}:"] = {"buildable": entry["buildable"], **wanted.pop(name),
+                               "externals": entry["externals"]}
     parts: list[Part] = [
         comment(f"Site facts for '{site.name}' as Spack package requirements and externals.",
                 "Requirements use `require:` so a misspelt variant fails loudly."),
