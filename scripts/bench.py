@@ -111,7 +111,7 @@ def table(rows: list[dict]) -> str:
 
 
 #: Sites with a from-source target (docs/performance.md): <= 60 on each Cray site
-#: that reuses its centre's published stack (issue 18): Derecho (NCAR's ncarenv
+#: that reuses its centre's published stack: Derecho (NCAR's ncarenv
 #: 23.09; 45 before the installed tool declared its own dependencies, jsonschema,
 #: ruamel.yaml and archspec, so that `doctor --site` works from the module) and
 #: Alps (CSCS's PyTorch uenv as externals).  Perlmutter has no target: NERSC
