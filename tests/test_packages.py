@@ -99,7 +99,9 @@ def test_tool_package_declares_every_dependency_of_the_tool(spack) -> None:
         name = "py-" + re.sub(r"[._]", "-", pypi.lower())
         assert name in run_deps, f"{req} (pyproject.toml) is not a run dependency: {run_deps}"
         if low:
-            assert run_deps[name] == f"{low}:", (req, run_deps[name])
+            # The package's range starts where pyproject's does; it may end earlier
+            # (py-jsonschema@4:4.17: no Rust build, the package says why).
+            assert run_deps[name].split(":")[0] == low, (req, run_deps[name])
 
 
 def test_every_tool_version_is_fetchable(spack, tmp_path: Path) -> None:
