@@ -1,7 +1,7 @@
 # Rendered by torchmpi 0.1.0 from sites/perlmutter.yaml; do not edit by hand:
 # change the site file and run `torchmpi render perlmutter` (docs/sites.md).
 # spack v1.1.0, builtin spack-packages v2026.06.0
-# site-sha256: 155d6c4e92d0fa5a6b0d85605f97cbdf620a6ff2e2a9d49360e1f33bee24873a
+# site-sha256: c0326840baa76f23eada52b58c63522e4146992cd77f177b31615d7491dd3507
 # body-sha256: 8470042915c1a582595ed65ad26dc934a5cb7525d374d8a3aed07877d7d2a613
 # Runtime variables for jobs on 'perlmutter' (launcher: slurm, fabric: slingshot).
 # Source this file in the job script; it changes nothing at build time.
