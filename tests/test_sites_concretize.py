@@ -156,6 +156,15 @@ def test_cray_sites_reuse_the_site_externals(solved) -> None:
         assert {"cray-mpich", "cuda", "libfabric", "gcc"} <= ext, (name, ext)
 
 
+def test_perlmutter_reuses_nerscs_hwloc(solved) -> None:
+    """NERSC's hwloc@os at /usr (spack-infrastructure spack-configs/base/spack.yaml,
+    the site file's [base]) is what aws-ofi-nccl links: no hwloc, libpciaccess or
+    util-macros build (docs/performance.md, perlmutter)."""
+    lock = _lock(solved, "perlmutter")
+    assert [(n.version, n.external_path) for n in lock.named("hwloc")] == [("os", "/usr")]
+    assert not lock.named("libpciaccess") and not lock.named("util-macros")
+
+
 def _from_source_targets() -> dict[str, int]:
     """The per-site from-source targets, where `make bench` keeps them."""
     import importlib.util
