@@ -163,8 +163,8 @@ def _assert_at_parent(key: str, line: int, column: int, text: str, message: str)
 def test_missing_top_level_key_in_a_shipped_site(scratch: Path, capsys) -> None:
     """Derecho's file without ``launcher:`` (a key no other key implies): the
     error is at the file's start, says the key is missing at the top level and
-    lists the top-level keys every site file needs -- not at ``name:`` (line
-    34, after the header comments), where it read as a problem with the name."""
+    lists the top-level keys every site file needs -- not at ``name:`` (after
+    the header comments), where it read as a problem with the name."""
     text = (ROOT / "sites" / "derecho.yaml").read_text()
     assert "\nlauncher: pbs\n" in text and not text.startswith("name:")
     path = scratch / "sites" / "derecho.yaml"
