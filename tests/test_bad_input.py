@@ -135,10 +135,48 @@ def _assert_names_file_and_key(case: Case, path: Path, err: str) -> None:
     line, column = int(found.group(1)), int(found.group(2))
     text = path.read_bytes().decode().splitlines()[line - 1]
     last = case.key.split(".")[-1]
-    if "missing required key" in err or "required when" in err:
-        return  # the location is the mapping that lacks the key
+    if "required when" in line_of_err:  # at the key that makes it required (fabric: slingshot)
+        assert text[column - 1:].startswith("fabric:"), (line, column, text)
+        return
+    if "missing required key" in line_of_err:  # at the mapping that lacks it
+        _assert_at_parent(case.key, line, column, text, line_of_err)
+        return
     if not last.endswith("]"):  # a key: it starts at that column (a quoted one after its quote)
         assert text[column - 1:].lstrip("\"'").startswith(last), (line, column, text)
+
+
+def _assert_at_parent(key: str, line: int, column: int, text: str, message: str) -> None:
+    """A missing key is reported where it belongs: a nested one at its parent
+    key's line (``mpi:`` for ``mpi.version``), a list item's at the item, a
+    top-level one at the file's start and said to be top level -- not at the
+    first key (``name:``), which says nothing about what is missing."""
+    parent = re.split(r"[.\[]", key)[:-1]
+    if not parent:
+        assert (line, column) == (1, 1), (line, column, message)
+        assert "at the top level" in message, message
+    elif key.rsplit(".", 1)[0].endswith("]"):  # a list item's key: at the item
+        assert text.lstrip().startswith("- ") and column > text.index("-") + 1, (line, text)
+    else:
+        assert text[column - 1:].startswith(parent[-1] + ":"), (line, column, text)
+
+
+def test_missing_top_level_key_in_a_shipped_site(scratch: Path, capsys) -> None:
+    """Derecho's file without ``launcher:`` (a key no other key implies): the
+    error is at the file's start, says the key is missing at the top level and
+    lists the top-level keys every site file needs -- not at ``name:`` (after
+    the header comments), where it read as a problem with the name."""
+    text = (ROOT / "sites" / "derecho.yaml").read_text()
+    assert "\nlauncher: pbs\n" in text and not text.startswith("name:")
+    path = scratch / "sites" / "derecho.yaml"
+    path.write_text(text.replace("\nlauncher: pbs\n", "\n"))
+    unchanged = Unchanged(scratch)
+    for argv in (["render", "derecho"], ["concretize", "derecho"]):
+        rc, _, err = run(capsys, *argv)
+        assert rc == 2, err
+        assert (f"{path}:1:1: launcher: missing required key 'launcher' at the top level"
+                " of the site file; the top level needs: name, description, target, compilers,"
+                " mpi, fabric, launcher") in err, err
+    unchanged.check()
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

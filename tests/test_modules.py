@@ -5,6 +5,8 @@ fake-installed into a scratch store and turned into an Lmod tree; then a real
 ``bash`` with Lmod loads the MPI module and ``py-torch-mpi`` exactly as a user
 would, and ``spack env activate`` is evaluated the same way.  What a job sees
 must be the same on both paths (docs/admins.md, "Runtime variables").
+Derecho is also deployed with two torch releases (site key ``torch``) beside
+the first: two py-torch-mpi modules, each loading its own torch, swapped.
 """
 
 from __future__ import annotations
@@ -503,3 +505,170 @@ def test_buildcache_round_trip_into_a_fresh_store(spack, deployed, tmp_path) -> 
     assert {k: got.get(k) for k in expected} == expected
     assert any("/py-torch-mpi-" in d for d in got.get("PYTHONPATH", "").split(":")), got
 
+
+
+# --- two torch releases side by side (site key ``torch: {versions: [...]}``) -----
+
+#: ``spack python`` in the two-release environment: its lock, without a solve.
+#: The solved release's roots are derecho's (the ``deployed`` solve); the
+#: other release's py-torch-mpi is the same DAG with py-torch's version
+#: changed through Spack's Spec API, hashes recomputed by Spack.  What is
+#: under test is what comes after a solve -- Spack's module generation from
+#: the rendered modules.yaml, and Lmod -- which reads concrete specs only.  A
+#: real solve of Derecho with 2.11.0 and 2.10.0 took 8 min (167 s CPU) on the
+#: loaded 2-core test machine, against well under a minute for this; its two
+#: py-torch-mpi DAGs (82 nodes each) differed only in py-torch and gloo (py-torch
+#: pins gloo per release), and no module name here depends on gloo's version.
+#: Argv: the solved environment, the other release, where to write the other
+#: release's py-torch-mpi (a spec file for ``spack install``).
+_SECOND_RELEASE = """\
+import sys
+import spack.environment as ev
+import spack.version as vn
+
+solved, other, out = ev.Environment(sys.argv[1]), sys.argv[2], sys.argv[3]
+roots = {s.name: s for s in solved.concrete_roots()}
+derived = roots["py-torch-mpi"].copy()
+derived["py-torch"].versions = vn.VersionList([vn.StandardVersion.from_string(other)])
+for node in derived.traverse():  # py-torch and every node built on it
+    if any(dep.name == "py-torch" for dep in node.traverse()):
+        node.clear_caches(ignore=("_package_hash",))
+env = ev.active_environment()
+for user in env.user_specs:
+    if user.name == "py-torch-mpi":
+        concrete = next(c for c in (roots[user.name], derived) if c.satisfies(user))
+    else:
+        concrete = roots[user.name]
+    env._add_concrete_spec(user, concrete)
+env.write(regenerate=False)
+with open(out, "w") as fh:
+    fh.write(derived.to_json())
+for root in (roots["py-torch-mpi"], derived):
+    print(root["py-torch"].version, root["py-torch"].prefix, root.prefix)
+"""
+
+
+@dataclass
+class TwoReleases:
+    """Derecho with two torch releases, fake-installed, and its module tree."""
+
+    dep: Deployed
+    #: torch release -> (py-torch prefix, py-torch-mpi prefix); the solved one first.
+    prefixes: dict[str, tuple[str, str]]
+
+
+def _previous_release(solved: str) -> str:
+    """The release a centre keeps beside ``solved``: the newest current one before it."""
+    from torchmpi import torches
+
+    current = [v for v, old in torches.builtin_releases().items() if not old]
+    older = sorted((v for v in current if torches._vt(v) < torches._vt(solved)),
+                   key=torches._vt)
+    return older[-1] if older else torches.VERIFIED[0]
+
+
+@pytest.fixture(scope="module")
+def two_releases(spack, deployed, tmp_path_factory) -> TwoReleases:
+    """The rendered two-release environment of Derecho, its lock (see
+    _SECOND_RELEASE), ``spack install --fake`` of the second release into
+    derecho's store and ``spack module lmod refresh`` of the whole environment."""
+    from conftest import edited_site
+
+    base = deployed["derecho"]
+    tree = base.env_dir.parent.parent
+    lock = json.loads((base.env_dir / "spack.lock").read_text())
+    solved = next(s["version"] for s in lock["concrete_specs"].values()
+                  if s["name"] == "py-torch")
+    versions = [solved, _previous_release(solved)]
+    site = edited_site(tmp_path_factory.mktemp("two-releases-site"), "derecho",
+                       lambda d: d.update(torch={"versions": versions}))
+    env_dir = tree / "environments" / "derecho-two-releases"
+    renderer.write(env_dir, renderer.render(site, env_dir))
+    _stand_in_for_absent_python(env_dir, tree)
+    dep = Deployed(site, env_dir, base.store, tree / "modules-derecho-two-releases",
+                   centre=base.centre)
+    spec_file = env_dir / "second-release.json"
+
+    def timed(step: str, *args: str) -> str:
+        start = time.monotonic()
+        out = spack.run(*args).stdout
+        dep.seconds[step] = round(time.monotonic() - start, 1)
+        return out
+
+    out = timed("lock", *dep.overrides, "-e", str(env_dir), "python",
+                _script(env_dir, _SECOND_RELEASE), str(base.env_dir), versions[1],
+                str(spec_file))
+    prefixes = {v: (t, m) for v, t, m in (line.split() for line in out.splitlines())}
+    assert list(prefixes) == versions, out
+    # Not `spack -e ... install`: it would reinstall the develop spec
+    # (py-torchmpi, its sources newer than its record) and its dependents,
+    # and with them derecho's tree that the other tests read.
+    timed("install --fake", *dep.overrides, "-c", "modules:default:enable::[]", "install",
+          "--fake", str(spec_file))
+    pyver = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for torch, mpi in prefixes.values():  # as _fix_fake_prefixes does for py-* packages
+        for prefix in (torch, mpi):
+            (Path(prefix) / "lib" / pyver / "site-packages").mkdir(parents=True, exist_ok=True)
+    timed("lmod refresh", *dep.overrides, "-e", str(env_dir), "module", "lmod", "refresh",
+          "-y", "--delete-tree")
+    print(f"modules derecho, two torch releases: {dep.seconds}")
+    return TwoReleases(dep, prefixes)
+
+
+def _torch_module(two: TwoReleases, version: str) -> str:
+    """py-torch-mpi's module name for a torch release, as modules.yaml projects it."""
+    cuda = two.dep.site.gpu["cuda"]["spec"].split("@")[1]
+    return f"py-torch-mpi/{version}-cuda{cuda}"
+
+
+def test_two_torch_releases_are_two_modules(spack, two_releases) -> None:
+    """``module avail`` shows one py-torch-mpi module per release of the site
+    file, named by its torch release; py-torchvision (built on the solved
+    release) says which torch it goes with."""
+    dep = two_releases.dep
+    script = f"{_login(dep)}module use {dep.core()}\nmodule -t avail 2>&1\n"
+    out = _bash(spack, script).stdout
+    names = {line.strip() for line in out.splitlines() if line.strip()
+             and not line.startswith("/") and ":" not in line and not line.endswith("/")}
+    torch = sorted(n for n in names if n.startswith("py-torch-mpi/"))
+    versions = list(two_releases.prefixes)
+    assert torch == sorted(_torch_module(two_releases, v) for v in versions), out
+    vision = [n for n in names if n.startswith("py-torchvision/")]
+    assert len(vision) == 1 and vision[0].endswith(f"-torch{versions[0]}"), out
+
+
+def _torch_dirs(got: dict[str, str], two: TwoReleases) -> dict[str, bool]:
+    """For each release: whether its py-torch site-packages is on PYTHONPATH."""
+    path = got.get("PYTHONPATH", "").split(":")
+    return {v: any(d.startswith(torch + "/") for d in path)
+            for v, (torch, _) in two.prefixes.items()}
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_each_release_module_loads_its_own_torch(spack, two_releases, which) -> None:
+    two = two_releases
+    version = list(two.prefixes)[which]
+    got = _env_after(spack, f"{_login(two.dep)}module use {two.dep.core()}\n"
+                     f"module load {_torch_module(two, version)}\n")
+    assert _torch_dirs(got, two) == {v: v == version for v in two.prefixes}, got["PYTHONPATH"]
+    mpi = two.prefixes[version][1]
+    assert any(d.startswith(mpi + "/") for d in got["PYTHONPATH"].split(":")), mpi
+    loaded = got.get("LOADEDMODULES", "").split(":")
+    assert _torch_module(two, version) in loaded, loaded
+    expected = runtime.environment(two.dep.site.data)
+    assert {k: got.get(k) for k in expected} == expected
+
+
+def test_module_swap_changes_the_torch_release(spack, two_releases) -> None:
+    """A user on the current release swaps to the previous one: afterwards
+    only the previous release's torch is on PYTHONPATH, and the site's
+    runtime variables are still set."""
+    two = two_releases
+    new, old = (_torch_module(two, v) for v in two.prefixes)
+    got = _env_after(spack, f"{_login(two.dep)}module use {two.dep.core()}\n"
+                     f"module load {new}\nmodule swap {new} {old}\n")
+    assert _torch_dirs(got, two) == {v: i == 1 for i, v in enumerate(two.prefixes)}, got
+    loaded = got.get("LOADEDMODULES", "").split(":")
+    assert old in loaded and new not in loaded, loaded
+    expected = runtime.environment(two.dep.site.data)
+    assert {k: got.get(k) for k in expected} == expected

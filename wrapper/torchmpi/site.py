@@ -168,7 +168,11 @@ def _describe(err: jsonschema.ValidationError) -> tuple[tuple, str]:
         if missing == "cuda_arch":
             why = (" (a GPU site must say its CUDA architecture,"
                    " e.g. 80 for A100, 90 for H100/GH200)")
-        return path + (missing,), f"missing required key '{missing}'{why}"
+        where = ""
+        if not path:  # jsonschema's empty path: the file's own mapping
+            needs = ", ".join(_schema().get("required", []))
+            where = f" at the top level of the site file; the top level needs: {needs}"
+        return path + (missing,), f"missing required key '{missing}'{where}{why}"
     if v == "enum":
         allowed = ", ".join(dict.fromkeys(str(x) for x in err.validator_value))
         what = "not a CUDA architecture" if path and path[-1] == "cuda_arch" else "not allowed"
@@ -288,9 +292,17 @@ _REQUIRED_BY = {("libfabric",): ("fabric",), ("gpu",): ("fabric",)}
 
 
 def _where(lines: dict, key_path: tuple) -> tuple[int, int]:
-    """The line and column to report ``key_path`` at (a missing key: its parent's)."""
+    """The line and column to report ``key_path`` at (a missing key: its parent's).
+
+    A missing top-level key has the file itself as its parent: reported at
+    1:1, the start of the document, since the top-level mapping starts at the
+    first key (often ``name:``, after the header comments), and a message at
+    that line reads as a problem with that key.
+    """
     if key_path not in lines and key_path in _REQUIRED_BY:
         return _nearest(lines, _REQUIRED_BY[key_path])
+    if len(key_path) == 1 and key_path not in lines:
+        return (1, 1)
     return _nearest(lines, key_path)
 
 
