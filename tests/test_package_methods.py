@@ -13,6 +13,18 @@ test -- registered site-wide, the overrides' new variants stay off for a user
 who never asks -- and its concrete DAG is then re-pointed at each provider
 (the ``mpi`` node renamed, ``cuda_aware_mpi`` set) to give each method the
 spec it reads; the methods read only the spec, never a solver.
+
+The run environments need py-torch-mpi's DAG: it is put together from that
+solve and the nodes the bundle, nccl-ss11 and aws-ofi-nccl declare for each
+provider, cuda setting and fabric (no second solve).  What it cannot show: the
+CPU-only cases keep the +cuda py-torch's own dependencies (cuda, cudnn), and
+the solver's choices (versions, which plugin) are taken, not re-derived.
+
+The linked artefact: py-torch's build environment given to CMake's real
+FindMPI (the call PyTorch's build makes) against a gcc-built stand-in MPI in
+the DAG MPI's prefix, read back with ``readelf``.  It proves which MPI that
+environment makes a FindMPI-driven link take, and that no GTL is linked; it
+does not build PyTorch.
 """
 
 from __future__ import annotations
