@@ -23,6 +23,10 @@ podman podman
 runc runc
 fuse-overlayfs fuse-overlayfs
 busybox busybox-static
+gcc gcc
+g++ g++
+cmake cmake
+readelf binutils
 "
 
 missing=""

@@ -160,7 +160,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "        pass", PKG, spack=True),
     Mutant("packages", TORCH_PACKAGE, "        super().patch()\n", "", PKG, spack=True),
     Mutant("packages", "spack_repo/torchmpi/packages/py_mpi4py/package.py",
-           '        if not self.spec.satisfies("+cuda_aware_mpi"):',
+           '        if self.spec.satisfies("+cuda_aware_mpi"):',
            "        if False:", PKG, spack=True),
 )
 

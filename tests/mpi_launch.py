@@ -16,6 +16,31 @@ from pathlib import Path
 BIN = Path(sys.executable).parent
 TORCHMPI = str(BIN / "torchmpi")
 
+#: ``torchmpi`` with a planted fault: rank 1 corrupts the checked result of the
+#: 1 KiB size once (256 float32 elements), so the check must say FAIL and exit
+#: non-zero.  Run as ``python -c WRONG_ALLREDUCE allreduce ...`` or written to
+#: an executable with :func:`wrong_allreduce_torchmpi` (ReFrame's ``torchmpi``).
+WRONG_ALLREDUCE = """
+import sys, torch.distributed as dist
+from torchmpi.cli import main
+real, hit = dist.all_reduce, []
+def faulty(tensor, *args, **kwargs):
+    work = real(tensor, *args, **kwargs)
+    if dist.get_rank() == 1 and tensor.numel() == 256 and not hit:
+        hit.append(1)
+        tensor[3] += 1
+    return work
+dist.all_reduce = faulty
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def wrong_allreduce_torchmpi(path: Path) -> Path:
+    """Write :data:`WRONG_ALLREDUCE` as an executable ``torchmpi`` at ``path``."""
+    path.write_text(f"#!{sys.executable}{WRONG_ALLREDUCE}")
+    path.chmod(0o755)
+    return path
+
 
 def job_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from mpi_launch import TORCHMPI, job_env, mpirun, torchrun
+from mpi_launch import TORCHMPI, WRONG_ALLREDUCE, job_env, mpirun, torchrun
 from torchmpi import allreduce as ar
 from torchmpi.allreduce import (
     CUDA_REJECTED_HINT,
@@ -117,24 +117,8 @@ def test_gloo_under_torchrun():
     assert "launcher=torchrun" in proc.stdout and _rows(proc.stdout)[0][-1] == "OK"
 
 
-# Rank 1 corrupts the checked result of the 1 KiB size: the job must say FAIL and exit 1.
-FAULT = """
-import sys, torch, torch.distributed as dist
-from torchmpi.cli import main
-real, hit = dist.all_reduce, []
-def faulty(tensor, *args, **kwargs):
-    work = real(tensor, *args, **kwargs)
-    if dist.get_rank() == 1 and tensor.numel() == 256 and not hit:
-        hit.append(1)
-        tensor[3] += 1
-    return work
-dist.all_reduce = faulty
-sys.exit(main(sys.argv[1:]))
-"""
-
-
 def test_a_wrong_result_is_fail_with_nonzero_exit():
-    proc = mpirun(2, sys.executable, "-c", FAULT, "allreduce", "--sizes", "8,1K,4K",
+    proc = mpirun(2, sys.executable, "-c", WRONG_ALLREDUCE, "allreduce", "--sizes", "8,1K,4K",
                   "--warmup", "0", "--iters", "1")
     assert proc.returncode != 0, proc.stdout
     rows = {int(r[0]): r[-1] for r in _rows(proc.stdout)}

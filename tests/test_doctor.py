@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from doctor_inputs import mapped_at
 from mpi_launch import TORCHMPI, job_env
 from torchmpi import doctor
 from torchmpi.doctor import gpu, mpi, nccl, origin, probe, site_env
@@ -26,16 +27,6 @@ CRAY_TORCH = gpu.TorchInfo(
     cuda_build="12.2", gpu_count=4,
     loaded_libs=["/opt/cray/pe/mpich/8.1.28/ofi/gnu/12.3/lib/libmpi_gnu_123.so.12",
                  "/opt/cray/pe/mpich/8.1.28/gtl/lib/libmpi_gtl_cuda.so.0"])
-
-
-def mapped_at(lib_dir: str, *libs: str) -> dict:
-    """What loading each plugin library from ``lib_dir`` maps (as :func:`nccl.resolve_plugin`
-    reports it): the library itself and a libfabric; a library not in ``libs`` is absent."""
-    fabric = "/opt/cray/libfabric/1.22.0/lib64/libfabric.so.1"
-    return {name: (nccl.Mapped(name, [f"{lib_dir}/{name}", fabric]) if name in libs else
-                   nccl.Mapped(name, error=f"{name}: cannot open shared object file: "
-                                           "No such file or directory"))
-            for name in dict.fromkeys(("libnccl-net.so", "libnccl-net-ofi.so", *libs))}
 
 
 def no_programs(argv, **_kwargs):

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from doctor_inputs import mapped_at
 from torchmpi.doctor import nccl
 from torchmpi.doctor.core import FAIL, PASS, SKIP, WARN
 
@@ -21,16 +22,6 @@ PREFIX = "/sw/spack/linux-zen3/aws-ofi-nccl-{v}-abcdef/lib"
 
 def log(name: str) -> str:
     return (LOGS / name).read_text()
-
-
-def mapped_at(lib_dir: str, *libs: str) -> dict:
-    """What loading each plugin library from ``lib_dir`` maps (as :func:`nccl.resolve_plugin`
-    reports it): the library itself and a libfabric; a library not in ``libs`` is absent."""
-    fabric = "/opt/cray/libfabric/1.22.0/lib64/libfabric.so.1"
-    return {name: (nccl.Mapped(name, [f"{lib_dir}/{name}", fabric]) if name in libs else
-                   nccl.Mapped(name, error=f"{name}: cannot open shared object file: "
-                                           "No such file or directory"))
-            for name in dict.fromkeys(("libnccl-net.so", "libnccl-net-ofi.so", *libs))}
 
 
 def plugin_env(version: str, *libs: str, **env: str) -> tuple[dict, nccl.PluginInfo]:

@@ -13,17 +13,32 @@ test -- registered site-wide, the overrides' new variants stay off for a user
 who never asks -- and its concrete DAG is then re-pointed at each provider
 (the ``mpi`` node renamed, ``cuda_aware_mpi`` set) to give each method the
 spec it reads; the methods read only the spec, never a solver.
+
+The run environments need py-torch-mpi's DAG: it is put together from that
+solve and the nodes the bundle, nccl-ss11 and aws-ofi-nccl declare for each
+provider, cuda setting and fabric (no second solve).  What it cannot show: the
+CPU-only cases keep the +cuda py-torch's own dependencies (cuda, cudnn), and
+the solver's choices (versions, which plugin) are taken, not re-derived.
+
+The linked artefact: py-torch's build environment given to CMake's real
+FindMPI (the call PyTorch's build makes) against a gcc-built stand-in MPI in
+the DAG MPI's prefix, read back with ``readelf``.  It proves which MPI that
+environment makes a FindMPI-driven link take, and that no GTL is linked; it
+does not build PyTorch.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import ROOT
+from torchmpi import runtime
 
 pytestmark = pytest.mark.spack
 
@@ -147,7 +162,150 @@ for aware in (True, False):
     spec = repointed(mpi4py, "cray-mpich", {"cuda_aware_mpi": aware})
     spec["mpi"].package.setup_dependent_package(None, spec)  # spec["mpi"].mpicc
     out["mpi4py"][key] = mods_of(spec.package, "setup_build_environment")
-print(json.dumps(out))
+"""
+
+#: The run environments: py-torch-mpi's concrete DAG built, without a solve,
+#: from the solved py-torch and py-mpi4py re-pointed at each provider, plus the
+#: nodes that py-torch-mpi, nccl-ss11 and aws-ofi-nccl *declare* (their
+#: ``depends_on`` conditions, evaluated on the variants asked) -- so a fabric
+#: condition edited in a package changes the DAG here as it would in a solve.
+RUN_ENVIRONMENTS = r"""
+import base64, hashlib, subprocess
+import spack.deptypes as dt
+import spack.repo
+import spack.user_environment
+from spack_repo.torchmpi.packages.nccl_ss11.package import vouched_plugins
+
+def fake_hash(label):
+    return base64.b32encode(hashlib.sha256(label.encode()).digest()).decode().lower()[:32]
+
+def declared(name, abstract):
+    # The link/run dependencies package `name` declares for what `abstract` asks.
+    found = {}
+    for when, deps in spack.repo.PATH.get_pkg_class(name).dependencies.items():
+        if abstract.satisfies(when):
+            for dep_name, dep in deps.items():
+                if dep.depflag & (dt.LINK | dt.RUN):
+                    found[dep_name] = found.get(dep_name, 0) | dep.depflag
+    return found
+
+def bundle_dag(provider, cuda, aware, fabric, nccl_version=None):
+    flags = {"cuda": cuda, "cuda_aware_mpi": aware} if cuda else {"cuda": False}
+    t = repointed(torch, provider, flags).to_dict()
+    nodes = {n["hash"]: n for n in t["spec"]["nodes"]}
+    by_name = {n["name"]: n for n in nodes.values()}
+    by_name["mpi"] = by_name[provider]
+    if nccl_version:
+        by_name["nccl"]["version"] = nccl_version
+    # py-mpi4py's node, on py-torch's python and MPI (one python in the DAG).
+    m4 = repointed(mpi4py, provider, {}).to_dict()["spec"]["nodes"][0]
+    m4["dependencies"] = [dict(e, hash=by_name[e["name"]]["hash"])
+                          for e in m4["dependencies"] if e["name"] in by_name]
+    nodes[m4["hash"]] = by_name["py-mpi4py"] = m4
+    mpi_dep = f" ^[virtuals=mpi] {provider}"
+
+    def abstract(name, version, params, extra=""):
+        return spack.spec.Spec(f"{name}@{version} " + " ".join(
+            ("+" if v else "~") + k if isinstance(v, bool)
+            else f"{k}={','.join(v) if isinstance(v, list) else v}"
+            for k, v in params.items()) + extra)
+
+    def add(name, version, namespace, params, extra=""):
+        asked = abstract(name, version, params, extra)
+        node = {"name": name, "version": version, "arch": dict(by_name["nccl"]["arch"]),
+                "namespace": namespace, "parameters": dict(params),
+                "hash": fake_hash(f"{asked} {provider}"), "dependencies": []}
+        for dep_name, flag in sorted(declared(name, asked).items()):
+            if dep_name in by_name:
+                node["dependencies"].append({
+                    "name": by_name[dep_name]["name"], "hash": by_name[dep_name]["hash"],
+                    "parameters": {"deptypes": list(dt.flag_to_tuple(flag)),
+                                   "virtuals": ["mpi"] if dep_name == "mpi" else []}})
+        nodes[node["hash"]] = by_name[name] = node
+
+    params = {"build_system": "bundle", "cuda": cuda, "fabric": fabric, "mpi4py": True}
+    if cuda:
+        params.update(cuda_arch=["80"], cuda_aware_mpi=aware)
+    # Leaves first, each only where its dependent declares it for these variants.
+    if "nccl-ss11" in declared("py-torch-mpi", abstract("py-torch-mpi", "0.1.0", params)):
+        nccl = by_name["nccl"]["version"]
+        ss11 = {"build_system": "bundle", "cuda": True, "cuda_arch": ["80"]}
+        # The plugin nccl-ss11 allows with this NCCL (its VOUCHED_PAIRS), with
+        # the variants nccl-ss11 asks of it (+cuda +cxi).
+        plugin = {"build_system": "autotools", "cuda": True, "cuda_arch": ["80"], "cxi": True,
+                  "rocm": False}
+        if "aws-ofi-nccl" in declared("nccl-ss11", abstract("nccl-ss11", nccl, ss11)):
+            asked = abstract("aws-ofi-nccl", vouched_plugins(nccl)[0], plugin, mpi_dep)
+            if "libfabric" in declared("aws-ofi-nccl", asked):
+                add("libfabric", "1.22.0", "builtin",
+                    {"build_system": "autotools", "fabrics": ["cxi"]})
+            add("aws-ofi-nccl", vouched_plugins(nccl)[0], "torchmpi", plugin, mpi_dep)
+        add("nccl-ss11", nccl, "torchmpi", ss11)
+    add("py-torchmpi", "0.1.0", "torchmpi", {"build_system": "python_pip"})
+    add("py-torch-mpi", "0.1.0", "torchmpi", params, mpi_dep)
+    root = by_name["py-torch-mpi"]
+    ordered = [root] + [n for h, n in nodes.items() if h != root["hash"]]
+    return spack.spec.Spec.from_dict({"spec": {"_meta": t["spec"]["_meta"], "nodes": ordered}})
+
+def runnable_prefixes(spec):
+    # What `spack load` asks of a fake install: python and python-venv answer
+    # as the interpreter running this script; mkl's run environment sources a file.
+    for node in spec.traverse():
+        if node.name == "python-venv" and not os.path.exists(str(node.prefix.bin.python3)):
+            subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(node.prefix)],
+                           check=True)
+        if node.name == "python" and not node.external:
+            exe = os.path.join(str(node.prefix), "bin", "python3")
+            os.makedirs(os.path.dirname(exe), exist_ok=True)
+            if not os.path.lexists(exe):
+                os.symlink(sys.executable, exe)
+        if node.name == "intel-oneapi-mkl":
+            env_dir = os.path.join(str(node.prefix), "mkl", str(node.version.up_to(2)), "env")
+            os.makedirs(env_dir, exist_ok=True)
+            open(os.path.join(env_dir, "vars.sh"), "a").close()
+
+def rows(mods):
+    return [[type(m).__name__, m.name, str(getattr(m, "value", ""))]
+            for m in mods.env_modifications]
+
+def applied(mods):
+    env = {}
+    mods.apply_modifications(env)
+    return env
+
+def run_row(spec):
+    row = {"deps": sorted(d.name for d in spec.dependencies()), "mpi": spec["mpi"].name,
+           "prefixes": {n.name: str(n.prefix) for n in spec.traverse()}, "own": {}}
+    # Each of torchmpi's run environments, as the package sets it ...
+    for name in ("py-torch-mpi", "nccl-ss11", "aws-ofi-nccl"):
+        if name in spec:
+            mods = EnvironmentModifications()
+            spec[name].package.setup_run_environment(mods)
+            row["own"][name] = rows(mods)
+    if "nccl-ss11" in spec:
+        mods = EnvironmentModifications()
+        spec["aws-ofi-nccl"].package.setup_dependent_run_environment(mods, spec["nccl-ss11"])
+        row["own"]["aws-ofi-nccl for nccl-ss11"] = rows(mods)
+    # ... and the whole DAG's, as `spack load` / `spack env activate` compute it.
+    runnable_prefixes(spec)
+    try:
+        mods = spack.user_environment.environment_modifications_for_specs(spec)
+        row["dag"], row["dag_env"] = rows(mods), applied(mods)
+    except Exception as err:
+        row["dag_error"] = f"{type(err).__name__}: {err}"
+    return row
+
+out["run"] = {}
+for provider in ("cray-mpich", "mpich", "openmpi", "openmpi-cuda"):
+    cases = [(False, False, "tcp")] + [
+        (True, aware, fabric) for aware in (True, False) for fabric in ("slingshot", "ib", "tcp")]
+    for cuda, aware, fabric in cases:
+        key = (f"{provider} {'+' if cuda else '~'}cuda {'+' if aware else '~'}cuda_aware_mpi "
+               f"fabric={fabric}")
+        out["run"][key] = run_row(bundle_dag(provider, cuda, aware, fabric))
+# NCAR's pair (NCCL 2.21.5-1 with plugin 1.6.0, which answers only to "AWS Libfabric").
+out["run"]["ncar"] = run_row(bundle_dag("cray-mpich", True, True, "slingshot", "2.21.5-1"))
+out["slingshot_defaults"] = list(spack.repo.PATH.get_pkg_class("nccl-ss11").slingshot_defaults)
 """
 
 
@@ -179,7 +337,8 @@ def cray_site_methods(spack, tmp_path_factory) -> dict:
     (env / "spack.yaml").write_text(json.dumps(config, indent=2))
     stage = base / "stage"
     stage.mkdir()
-    proc = spack.python(SCRIPT, str(stage), str(FIXTURE), CAFFE2_LINE, env_dir=env)
+    script = SCRIPT + RUN_ENVIRONMENTS + "print(json.dumps(out))\n"
+    proc = spack.python(script, str(stage), str(FIXTURE), CAFFE2_LINE, env_dir=env)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["gtl_dir"] = str(cray_root / "gtl" / "lib")
     return result
@@ -266,3 +425,233 @@ def test_mpi4py_build_environment_links_no_gtl(cray_site_methods) -> None:
     for aware in ("+", "~"):
         env = cray_site_methods["mpi4py"][f"cray-mpich {aware}cuda_aware_mpi"]
         assert "-lmpi_gtl_cuda" not in env.get("LDFLAGS", "").split(), env
+
+
+# --- run environments: py-torch-mpi, nccl-ss11, aws-ofi-nccl, per provider and fabric --
+
+#: Every case of the bundle whose run environment differs: CPU-only, then +cuda
+#: with and without cuda_aware_mpi on each fabric.
+RUN_CASES = [("~cuda", "~cuda_aware_mpi", "tcp")] + [
+    ("+cuda", aware, fabric)
+    for aware in ("+cuda_aware_mpi", "~cuda_aware_mpi") for fabric in ("slingshot", "ib", "tcp")]
+SWITCH = "MPICH_GPU_SUPPORT_ENABLED"
+
+
+def _run_row(methods: dict, provider: str, cuda: str, aware: str, fabric: str) -> dict:
+    row = methods["run"][f"{provider} {cuda} {aware} fabric={fabric}"]
+    assert "dag_error" not in row, row.get("dag_error")
+    assert row["mpi"] == provider
+    return row
+
+
+def _slingshot_names(methods: dict) -> set[str]:
+    return {name for name, _ in methods["slingshot_defaults"]} | {"NCCL_NET", "NCCL_NET_PLUGIN"}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize(("cuda", "aware", "fabric"), RUN_CASES)
+def test_gpu_switch_only_for_cuda_aware_cray_mpich(
+    cray_site_methods, provider: str, cuda: str, aware: str, fabric: str
+) -> None:
+    """py-torch-mpi sets MPICH_GPU_SUPPORT_ENABLED=1 (a set, not a default or a
+    path) exactly for +cuda_aware_mpi on cray-mpich, and nothing else ever; no
+    other package of the DAG sets it, so `spack load` gives the same."""
+    row = _run_row(cray_site_methods, provider, cuda, aware, fabric)
+    wanted = provider == "cray-mpich" and aware == "+cuda_aware_mpi"
+    assert row["own"]["py-torch-mpi"] == ([["SetEnv", SWITCH, "1"]] if wanted else [])
+    in_dag = [m for m in row["dag"] if m[1] == SWITCH]
+    assert in_dag == ([["SetEnv", SWITCH, "1"]] if wanted else []), in_dag
+    assert row["dag_env"].get(SWITCH) == ("1" if wanted else None)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("aware", ["+cuda_aware_mpi", "~cuda_aware_mpi"])
+def test_slingshot_run_environment(cray_site_methods, provider: str, aware: str) -> None:
+    """On fabric=slingshot the DAG has nccl-ss11 and its plugin: nccl-ss11 sets
+    HPE's defaults (each a plain set, the same values the rendered Slingshot
+    fabric defaults carry), aws-ofi-nccl appends its lib dir for NCCL to find
+    the plugin and sets NCCL_NET to the name plugin 1.19.0 answers to ("OFI",
+    after builtin's "AWS Libfabric"); libfabric (cxi) is on LD_LIBRARY_PATH."""
+    row = _run_row(cray_site_methods, provider, "+cuda", aware, "slingshot")
+    assert {"nccl-ss11", "nccl", "py-torch", "py-mpi4py"} <= set(row["deps"]), row["deps"]
+    defaults = [tuple(pair) for pair in cray_site_methods["slingshot_defaults"]]
+    _, fabric = runtime.fabric_defaults("slingshot")
+    assert defaults and set(defaults) <= set(fabric), "package and rendered defaults differ"
+    assert row["own"]["nccl-ss11"] == [["SetEnv", name, value] for name, value in defaults]
+    plugin_lib = row["prefixes"]["aws-ofi-nccl"] + "/lib"
+    assert "aws-ofi-nccl-1.19.0-" in plugin_lib
+    assert row["own"]["aws-ofi-nccl"] == [
+        ["AppendPath", "LD_LIBRARY_PATH", plugin_lib],
+        ["SetEnv", "NCCL_NET", "AWS Libfabric"],  # builtin's, then the override's
+        ["SetEnv", "NCCL_NET", "OFI"]]
+    assert row["own"]["aws-ofi-nccl for nccl-ss11"] == [
+        ["AppendPath", "LD_LIBRARY_PATH", plugin_lib]]
+    env = row["dag_env"]
+    assert {name: env.get(name) for name, _ in defaults} == dict(defaults)
+    assert env["NCCL_NET"] == "OFI" and "NCCL_NET_PLUGIN" not in env
+    paths = env["LD_LIBRARY_PATH"].split(":")
+    assert plugin_lib in paths
+    assert row["prefixes"]["libfabric"] + "/lib" in paths
+
+
+def test_ncar_plugin_is_named_the_only_way_it_answers(cray_site_methods) -> None:
+    """NCAR's pair (NCCL 2.21.5-1, aws-ofi-nccl 1.6.0): 1.6.0 registers only as
+    "AWS Libfabric" (aws/aws-ofi-nccl#530 added "OFI" in 1.13.0), so no "OFI"."""
+    row = cray_site_methods["run"]["ncar"]
+    assert "dag_error" not in row, row.get("dag_error")
+    assert "aws-ofi-nccl-1.6.0-" in row["prefixes"]["aws-ofi-nccl"]
+    nets = [m for m in row["dag"] if m[1] == "NCCL_NET"]
+    assert nets and all(m == ["SetEnv", "NCCL_NET", "AWS Libfabric"] for m in nets), nets
+    assert row["dag_env"]["NCCL_NET"] == "AWS Libfabric"
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize(("cuda", "aware", "fabric"),
+                         [case for case in RUN_CASES if case[2] != "slingshot"])
+def test_nothing_slingshot_off_slingshot(
+    cray_site_methods, provider: str, cuda: str, aware: str, fabric: str
+) -> None:
+    """fabric=ib/tcp (and CPU-only): no nccl-ss11 or plugin in the DAG, so no
+    HPE default, no NCCL_NET, no FI_* and no plugin or libfabric library path."""
+    row = _run_row(cray_site_methods, provider, cuda, aware, fabric)
+    assert not {"nccl-ss11", "aws-ofi-nccl", "libfabric"} & set(row["prefixes"]), row["deps"]
+    assert set(row["own"]) == {"py-torch-mpi"}
+    slingshot = _slingshot_names(cray_site_methods)
+    named = [m for m in row["dag"] if m[1] in slingshot or m[1].startswith("FI_")]
+    assert named == [], named
+    paths = row["dag_env"].get("LD_LIBRARY_PATH", "")
+    assert "aws-ofi-nccl" not in paths and "libfabric" not in paths, paths
+    assert ("nccl" in row["deps"]) == (cuda == "+cuda")
+
+
+# --- the linked artefact: what CMake's FindMPI links under py-torch's build environment --
+
+#: A stand-in MPI: header, a shared libmpi with the provider's ABI soname (MPICH
+#: family 12, Open MPI 40), ``mpiexec`` (FindMPI derives the install from it,
+#: with MPI_HOME as the hint) and compiler wrappers that answer FindMPI's
+#: interrogation the way each family's do (MPICH ``-show``, Open MPI ``-showme:*``).
+MPI_H = """#define MPI_VERSION 3
+#define MPI_SUBVERSION 1
+#ifdef __cplusplus
+extern "C" {
+#endif
+int MPI_Init(int *argc, char ***argv);
+int MPI_Finalize(void);
+#ifdef __cplusplus
+}
+#endif
+"""
+WRAPPER = """#!/bin/sh
+# {family} compiler wrapper stand-in
+inc="-I{prefix}/include"; link="-L{prefix}/lib -Wl,-rpath,{prefix}/lib -lmpi"
+case "$1" in
+  -show) [ {family} = mpich ] && {{ echo "{cc} $inc $link"; exit 0; }}; exit 1 ;;
+  -showme:compile) [ {family} = openmpi ] && {{ echo "$inc"; exit 0; }}; exit 1 ;;
+  -showme:link) [ {family} = openmpi ] && {{ echo "$link"; exit 0; }}; exit 1 ;;
+  -showme*|-compile_info|-link_info|-compile-info|-link-info) exit 1 ;;
+esac
+exec {cc} $inc "$@" $link
+"""
+#: The part of PyTorch's build that links MPI: cmake/Dependencies.cmake, "---[ MPI"
+#: (pytorch/pytorch v2.9.1): find_package(MPI), then MPI_CXX_LIBRARIES joins
+#: Caffe2_DEPENDENCY_LIBS, linked into libtorch.
+PROBE_CMAKE = """cmake_minimum_required(VERSION 3.18)
+project(torchmpi_link_probe C CXX)
+find_package(MPI)
+if(NOT MPI_CXX_FOUND)
+  message(FATAL_ERROR "Not compiling with MPI")
+endif()
+add_library(probe SHARED probe.cpp)
+target_include_directories(probe SYSTEM PRIVATE ${MPI_CXX_INCLUDE_PATH})
+target_link_libraries(probe PRIVATE ${MPI_CXX_LIBRARIES})
+"""
+PROBE_CPP = '#include <mpi.h>\nextern "C" int probe_init(void) { return MPI_Init(0, 0); }\n'
+
+
+def _stand_in_mpi(prefix: Path, provider: str) -> str:
+    """Lay a working stand-in MPI into the DAG's MPI prefix; its libmpi soname."""
+    family = "openmpi" if provider.startswith("openmpi") else "mpich"
+    soname = "libmpi.so.40" if family == "openmpi" else "libmpi.so.12"
+    for sub in ("bin", "include", "lib"):
+        (prefix / sub).mkdir(parents=True, exist_ok=True)
+    (prefix / "include" / "mpi.h").write_text(MPI_H)
+    source = prefix / "lib" / "stand_in_mpi.c"
+    source.write_text("int MPI_Init(int *a, char ***b) { return 0; }\n"
+                      "int MPI_Finalize(void) { return 0; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o",
+                    str(prefix / "lib" / soname), str(source)], check=True)
+    link = prefix / "lib" / "libmpi.so"
+    link.unlink(missing_ok=True)  # the empty placeholder of the fake install
+    link.symlink_to(soname)
+    for name, cc in (("mpicc", "gcc"), ("mpicxx", "g++")):
+        (prefix / "bin" / name).write_text(WRAPPER.format(family=family, prefix=prefix, cc=cc))
+    (prefix / "bin" / "mpiexec").write_text("#!/bin/sh\nexit 1\n")
+    for name in ("mpicc", "mpicxx", "mpiexec"):
+        (prefix / "bin" / name).chmod(0o755)
+    return soname
+
+
+def _dynamic(library: Path) -> tuple[list[str], list[str]]:
+    """(NEEDED, RUNPATH/RPATH directories) of a real ELF, read by readelf."""
+    text = subprocess.run(["readelf", "-d", str(library)], check=True, capture_output=True,
+                          text=True).stdout
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", text)
+    paths = [d for m in re.findall(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[(.+?)\]",
+                                   text) for d in m.split(":")]
+    return needed, paths
+
+
+def _build_env(extra: dict[str, str]) -> dict[str, str]:
+    """This machine's environment (its own Open MPI's mpicc on PATH, as a build
+    host with a second MPI has) under the package's build variables only."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("MPI", "LDFLAGS", "LIBRARY_PATH", "CMAKE_"))}
+    env.update(extra)
+    return env
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_find_mpi_links_the_dags_mpi_and_no_gtl(cray_site_methods, tmp_path, provider) -> None:
+    """py-torch +cuda_aware_mpi's build environment (MPI_HOME, LDFLAGS: what
+    setup_build_environment set) given to CMake's real FindMPI, as PyTorch's
+    cmake/Dependencies.cmake calls it, on a host whose PATH has another MPI
+    (Debian's Open MPI): the linked library NEEDs the DAG MPI's libmpi, finds
+    it in the DAG MPI's prefix, and has no GTL -- neither NEEDED nor a GTL
+    directory in its run path (GTL is loaded at import: _torchmpi_gtl.py)."""
+    if not (shutil.which("cmake") and shutil.which("g++") and shutil.which("readelf")):
+        pytest.fail("cmake, g++ and readelf are needed (make setup installs them)")
+    row = cray_site_methods["torch"][f"{provider} +cuda_aware_mpi"]
+    prefix = Path(row["mpi_prefix"])
+    soname = _stand_in_mpi(prefix, provider)
+    src, build = tmp_path / "src", tmp_path / "build"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(PROBE_CMAKE)
+    (src / "probe.cpp").write_text(PROBE_CPP)
+    env = _build_env(row["build_env"])
+    for step in (["cmake", "-S", str(src), "-B", str(build)], ["cmake", "--build", str(build)]):
+        proc = subprocess.run(step, env=env, capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    needed, paths = _dynamic(build / "libprobe.so")
+    assert soname in needed, (needed, paths)
+    assert f"{prefix}/lib" in paths, (paths, "libmpi not taken from the DAG's MPI")
+    assert not [p for p in paths if not p.startswith(str(prefix))], paths
+    assert not [n for n in needed if "gtl" in n], needed
+    assert not [p for p in paths if "gtl" in p], paths
+
+
+@pytest.mark.parametrize("aware", ["+cuda_aware_mpi", "~cuda_aware_mpi"])
+def test_mpi4py_link_on_cray_mpich_has_no_gtl(cray_site_methods, tmp_path, aware) -> None:
+    """py-mpi4py's build environment on cray-mpich (MPICC, LDFLAGS) linking an
+    extension the way mpi4py's build does (through $MPICC): Cray's libmpi, no GTL."""
+    env_vars = cray_site_methods["mpi4py"][f"cray-mpich {aware}"]
+    prefix = Path(cray_site_methods["torch"]["cray-mpich +cuda_aware_mpi"]["mpi_prefix"])
+    soname = _stand_in_mpi(prefix, "cray-mpich")
+    assert env_vars["MPICC"] == f"{prefix}/bin/mpicc", env_vars
+    (tmp_path / "ext.c").write_text(PROBE_CPP.replace('extern "C" ', ""))
+    out = tmp_path / "MPI.so"
+    subprocess.run([env_vars["MPICC"], "-shared", "-fPIC", *env_vars.get("LDFLAGS", "").split(),
+                    "-o", str(out), str(tmp_path / "ext.c")], env=_build_env(env_vars),
+                   check=True)
+    needed, paths = _dynamic(out)
+    assert soname in needed and f"{prefix}/lib" in paths, (needed, paths)
+    assert not [n for n in needed if "gtl" in n] and not [p for p in paths if "gtl" in p]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mpi_launch import job_env
+from mpi_launch import job_env, wrong_allreduce_torchmpi
 from torchmpi import paths, runtime
 from torchmpi import reframe as rfmconf
 from torchmpi import site as sitemod
@@ -206,26 +206,9 @@ def test_local_run_passes_with_a_performance_figure(tmp_path):
     assert "avg_busbw" in perflog.read_text()
 
 
-# Rank 1 corrupts the checked result of the 1 KiB size (as in tests/test_allreduce.py).
-FAULTY_TORCHMPI = """#!{python}
-import sys, torch.distributed as dist
-from torchmpi.cli import main
-real, hit = dist.all_reduce, []
-def faulty(tensor, *args, **kwargs):
-    work = real(tensor, *args, **kwargs)
-    if dist.get_rank() == 1 and tensor.numel() == 256 and not hit:
-        hit.append(1)
-        tensor[3] += 1
-    return work
-dist.all_reduce = faulty
-sys.exit(main(sys.argv[1:]))
-"""
-
-
 def test_local_run_fails_on_a_wrong_all_reduce_result(tmp_path):
-    wrapper = tmp_path / "faulty-torchmpi"
-    wrapper.write_text(FAULTY_TORCHMPI.format(python=sys.executable))
-    wrapper.chmod(0o755)
+    """A torchmpi whose rank 1 corrupts one result (mpi_launch.WRONG_ALLREDUCE)."""
+    wrapper = wrong_allreduce_torchmpi(tmp_path / "faulty-torchmpi")
     generate(str(_local_site(tmp_path)), tmp_path / "cfg", "--env", "runtime-sh")
     proc = run_checks(tmp_path / "cfg", tmp_path, "-r", *GLOO, *SMALL,
                       "-S", f"torchmpi={wrapper}")

@@ -73,6 +73,22 @@ OTHER_MPI_PROVIDERS = (
 )
 
 
+def _check_digest(path: str, recorded: str, constant: str) -> None:
+    """Refuse to use a helper module whose sha256 is not ``recorded``.
+
+    Spack's package hash covers this file only, not the modules it imports:
+    the digests recorded here (``constant`` names which) make any change to
+    such a module a change of py-torch's hash, hence a rebuild.
+    """
+    with open(path, "rb") as stream:
+        digest = hashlib.sha256(stream.read()).hexdigest()
+    if digest != recorded:
+        raise InstallError(
+            f"{path} changed (sha256 {digest}) but {constant} in py_torch/package.py "
+            "was not updated"
+        )
+
+
 def cray_gtl_library(mpi: "Spec", who: str) -> str:
     """The path of Cray's GPU Transport Layer library of this cray-mpich.
 
@@ -97,13 +113,7 @@ def cray_gtl_library(mpi: "Spec", who: str) -> str:
 def install_gtl_preload(pkg, package: str, gtl: str) -> None:
     """Write ``_torchmpi_gtl.py`` into the installed Python package ``package``
     and import it first from its ``__init__.py`` (``gtl_preload.add_to_package``)."""
-    with open(gtl_preload.__file__, "rb") as stream:
-        digest = hashlib.sha256(stream.read()).hexdigest()
-    if digest != GTL_PRELOAD_SHA256:
-        raise InstallError(
-            f"{gtl_preload.__file__} changed (sha256 {digest}) but GTL_PRELOAD_SHA256 in "
-            "py_torch/package.py was not updated"
-        )
+    _check_digest(gtl_preload.__file__, GTL_PRELOAD_SHA256, "GTL_PRELOAD_SHA256")
     inits = []
     for dirpath, _, filenames in os.walk(pkg.prefix):
         parent = os.path.basename(os.path.dirname(dirpath))
@@ -186,13 +196,7 @@ class PyTorch(BuiltinPyTorch):
     def patch(self):
         super().patch()
         if self.mpich_cuda_patch:
-            with open(cuda_aware_mpi.__file__, "rb") as stream:
-                digest = hashlib.sha256(stream.read()).hexdigest()
-            if digest != CUDA_AWARE_MPI_SHA256:
-                raise InstallError(
-                    f"{cuda_aware_mpi.__file__} changed (sha256 {digest}) but "
-                    "CUDA_AWARE_MPI_SHA256 in py_torch/package.py was not updated"
-                )
+            _check_digest(cuda_aware_mpi.__file__, CUDA_AWARE_MPI_SHA256, "CUDA_AWARE_MPI_SHA256")
             changed = cuda_aware_mpi.patch_file(PROCESS_GROUP_MPI)
             state = "patched for MPICH CUDA-awareness" if changed else "has an MPICH branch"
             tty.msg(f"torchmpi: {PROCESS_GROUP_MPI} {state}")
