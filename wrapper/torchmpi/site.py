@@ -169,8 +169,9 @@ def _describe(err: jsonschema.ValidationError) -> tuple[tuple, str]:
             why = (" (a GPU site must say its CUDA architecture,"
                    " e.g. 80 for A100, 90 for H100/GH200)")
         where = ""
-        if not path:  # jsonschema's empty path: the file's own mapping
-            needs = ", ".join(_schema().get("required", []))
+        top = _schema().get("required", [])
+        if not path and missing in top:  # the file's own mapping, unconditionally
+            needs = ", ".join(top)
             where = f" at the top level of the site file; the top level needs: {needs}"
         return path + (missing,), f"missing required key '{missing}'{where}{why}"
     if v == "enum":
