@@ -99,7 +99,8 @@ def _declared(site: sitemod.Site) -> list[tuple[str, dict]]:
     out += [("libfabric", d["libfabric"])] if d.get("libfabric") else []
     out += [(f"gpu.{k}", site.gpu[k]) for k in ("cuda", "cudnn") if (site.gpu or {}).get(k)]
     out += [("compilers", c) for c in d["compilers"]] if isinstance(d["compilers"], list) else []
-    out += [("externals", e) for e in d["externals"]] if isinstance(d.get("externals"), list) else []
+    extra = d.get("externals")
+    out += [("externals", e) for e in extra] if isinstance(extra, list) else []
     return out
 
 
