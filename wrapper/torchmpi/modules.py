@@ -72,11 +72,14 @@ def centre_externals(data: dict[str, Any]) -> list[tuple[str, list[str], bool]]:
     before:
 
     * the MPI and libfabric: the libraries its NCCL plugin and MPI run on;
-    * CUDA and cuDNN: RPATHed, but a CUDA program's module loads CUDA at NCAR
-      (config/modules.yaml there writes modules for its cuda and cudnn
+    * CUDA and cuDNN: RPATHed, but at NCAR a module built on them loads
+      them (config/modules.yaml there writes modules for its cuda and cudnn
       externals, the cudnn one only to put its library on LD_LIBRARY_PATH,
-      and cutensor's template requires cuda) and users of torch expect
-      ``nvcc`` and ``CUDA_HOME`` for C++/CUDA extensions;
+      and keeps Spack's autoload, turning it off only for a few packages
+      such as cdo and nco), and NCAR's CUDA module puts
+      ``nvcc`` on PATH (its ``prefix_inspections``), where torch's C++/CUDA
+      extensions find CUDA without ``CUDA_HOME`` (pytorch/pytorch
+      torch/utils/cpp_extension.py, ``_find_cuda_home``);
     * a ``python`` in ``externals``: py-torch-mpi's direct run dependency,
       the interpreter users run (py-torch-mpi/package.py).
 
