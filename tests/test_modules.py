@@ -388,6 +388,8 @@ def test_module_avail_shows_only_what_a_user_picks(spack, deployed, name) -> Non
     visible = {n.split("/")[0] for n in names}
     expected = {mpi.split("/")[0], "py-torch-mpi"} | {
         root_name(s) for s in dep.site.data.get("extra_specs", [])}
+    if dep.centre:  # the stand-in centre tree is in MODULEPATH too
+        expected |= {p.name for p in dep.centre.iterdir()}
     assert visible == expected, out
     torch = [n for n in names if n.startswith("py-torch-mpi/")]
     assert len(torch) == 1 and torch[0].count("/") == 1, names

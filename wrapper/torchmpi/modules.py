@@ -60,9 +60,11 @@ def centre_externals(data: dict[str, Any]) -> list[tuple[str, list[str], bool]]:
     ``(spec, modules, loaded)``: ``spec`` is excluded from the tree, and
     ``loaded`` says whether py-torch-mpi's module loads ``modules``.
 
-    No module of this tree shadows a centre module: a ``cuda/12.2.1`` of its
-    own in front of NCAR's in ``MODULEPATH`` is what ``module load cuda/12.2.1``
-    would find.  NCAR's own Spack modules exclude the externals another party
+    No module of this tree shadows a centre module: Lmod loads one module per
+    name, and a ``cuda/12.2.1-<hash>`` of this tree (hidden, autoloaded by
+    py-torch's module) took the place of the centre's ``cuda/12.2.1``; a
+    ``cray-mpich`` one, before any was excluded, that of NCAR's default
+    cray-mpich.  NCAR's own Spack modules exclude the externals another party
     provides modules for (cray-mpich, cray-libsci, libfabric: HPE's Cray PE;
     NCAR/spack-derecho, branch 23.09, config/modules.yaml ``exclude:``), and
     Spack never autoloads an excluded module.  So py-torch-mpi ``load``s the
