@@ -148,7 +148,26 @@ def _centre_tree(root: Path, site: sitemod.Site) -> Path | None:
             path.write_text(f'whatis("stand-in for the centre\'s {name}/{ver}")\n'
                             f'setenv("CRAY_MPICH_DIR", "{prefix if ver == version else ver}")\n')
         (root / name / "default").symlink_to(f"{version}.lua")
+    for module, body in _centre_gpu_modules(site).items():
+        path = root / f"{module}.lua"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f'whatis("stand-in for the centre\'s {module}")\n{body}')
     return root
+
+
+def _centre_gpu_modules(site: sitemod.Site) -> dict[str, str]:
+    """Stand-ins for the centre's CUDA and cuDNN modules (``gpu.cuda.modules``,
+    ``gpu.cudnn.modules``), each with a variable NCAR's own module sets
+    (NCAR/spack-derecho config/modules.yaml: cuda sets ``CRAY_CUDATOOLKIT_DIR``
+    to its prefix, cudnn prepends ``<prefix>/lib`` to ``LD_LIBRARY_PATH``)."""
+    out: dict[str, str] = {}
+    for key in ("cuda", "cudnn"):
+        ext = (site.gpu or {}).get(key) or {}
+        prefix = ext.get("prefix", "")
+        body = (f'setenv("CRAY_CUDATOOLKIT_DIR", "{prefix}")\n' if key == "cuda"
+                else f'prepend_path("LD_LIBRARY_PATH", "{prefix}/lib")\n')
+        out.update((m, body) for m in ext.get("modules") or [])
+    return out
 
 
 def _reuse_lock(name: str, env_dir: Path) -> bool:
@@ -371,6 +390,8 @@ def test_module_avail_shows_only_what_a_user_picks(spack, deployed, name) -> Non
     visible = {n.split("/")[0] for n in names}
     expected = {mpi.split("/")[0], "py-torch-mpi"} | {
         root_name(s) for s in dep.site.data.get("extra_specs", [])}
+    if dep.centre:  # the stand-in centre tree is in MODULEPATH too
+        expected |= {p.name for p in dep.centre.iterdir()}
     assert visible == expected, out
     torch = [n for n in names if n.startswith("py-torch-mpi/")]
     assert len(torch) == 1 and torch[0].count("/") == 1, names
@@ -672,3 +693,50 @@ def test_module_swap_changes_the_torch_release(spack, two_releases) -> None:
     assert old in loaded and new not in loaded, loaded
     expected = runtime.environment(two.dep.site.data)
     assert {k: got.get(k) for k in expected} == expected
+
+
+def _centre_module_names(site: sitemod.Site) -> set[str]:
+    """Names of every centre module the site file declares for something Spack
+    takes as an external: MPI, CUDA, cuDNN, libfabric, compilers, ``externals``."""
+    d = site.data
+    entries = [d["mpi"], d.get("libfabric") or {}, *d["compilers"],
+               *[(site.gpu or {}).get(k) or {} for k in ("cuda", "cudnn")]]
+    if isinstance(d.get("externals"), list):
+        entries += d["externals"]
+    return {m.split("/")[0] for e in entries for m in e.get("modules") or []}
+
+
+def test_no_module_of_the_tree_shadows_a_centre_module(spack, deployed) -> None:
+    """Derecho's file names centre modules for cray-mpich, CUDA and cuDNN (and
+    its compiler): the tree, hidden modules included, has none of those names,
+    or `module load cuda/12.2.1` would find this tree's file before NCAR's."""
+    dep = deployed["derecho"]
+    centre = _centre_module_names(dep.site)
+    assert {"cray-mpich", "cuda", "cudnn"} <= centre, centre
+    out = _bash(spack, f"module use {dep.core()}\nmodule --show_hidden -t avail 2>&1\n").stdout
+    names = {line.strip().split("/")[0] for line in out.splitlines() if line.strip()
+             and not line.startswith("/") and ":" not in line}
+    assert "py-torch" in names, out  # hidden modules are listed
+    assert not names & centre, f"the tree shadows the centre's {sorted(names & centre)}"
+    files = {p.parent.name for p in dep.modules_root.rglob("*.lua")}
+    assert not files & centre, sorted(files & centre)
+
+
+def test_py_torch_mpi_loads_the_centres_cuda_and_cudnn(spack, deployed) -> None:
+    """py-torch-mpi's module loads the centre's CUDA and cuDNN modules (the
+    files of the stand-in centre tree, not modules of this tree), after a
+    login as on Derecho (cray-mpich loaded) and from nothing loaded."""
+    dep = deployed["derecho"]
+    gpu = dep.site.gpu
+    want = [m for k in ("cuda", "cudnn") for m in gpu[k]["modules"]]
+    base = f"module use {dep.centre}\nmodule use {dep.core()}\nmodule load py-torch-mpi\n"
+    for script in (_user_steps(dep), base):
+        got = _env_after(spack, script)
+        loaded = got.get("LOADEDMODULES", "").split(":")
+        assert set(want) <= set(loaded), loaded
+        files = got.get("_LMFILES_", "").split(":")
+        for module in want:
+            assert str(dep.centre / f"{module}.lua") in files, files
+        assert got.get("CRAY_CUDATOOLKIT_DIR") == gpu["cuda"]["prefix"]
+        assert f"{gpu['cudnn']['prefix']}/lib" in got.get("LD_LIBRARY_PATH", "").split(":")
+        assert any(m.startswith("py-torch-mpi/") for m in loaded), loaded

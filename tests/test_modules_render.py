@@ -83,12 +83,83 @@ def test_the_centres_mpi_module_is_not_shadowed(name: str, tmp_path: Path) -> No
     default): the MPI is excluded and py-torch-mpi loads the centre's module."""
     site = sitemod.load(name)
     lmod = yaml.safe_load(_rendered(site, tmp_path)["modules.yaml"])["modules"]["default"]["lmod"]
-    centre = site.data["mpi"].get("modules")
+    mpi = site.data["mpi"]
+    centre = mpi.get("modules")
     if centre:
-        assert site.data["mpi"]["kind"] in lmod.get("exclude", []), lmod
-        assert lmod["py-torch-mpi"]["load"] == centre
+        assert f"{mpi['kind']}@{mpi['version']}" in lmod.get("exclude", []), lmod
+        assert lmod["py-torch-mpi"]["load"][:len(centre)] == centre
     else:
-        assert "exclude" not in lmod and "load" not in lmod.get("py-torch-mpi", {})
+        assert not any(e.startswith(mpi["kind"]) for e in lmod.get("exclude", []))
+
+
+def _declared(site: sitemod.Site) -> list[tuple[str, dict]]:
+    """(site-file key, entry) of every external the site file declares."""
+    d = site.data
+    out = [("mpi", dict(d["mpi"], spec=f"{d['mpi']['kind']}@{d['mpi'].get('version')}"))]
+    out += [("libfabric", d["libfabric"])] if d.get("libfabric") else []
+    out += [(f"gpu.{k}", site.gpu[k]) for k in ("cuda", "cudnn") if (site.gpu or {}).get(k)]
+    out += [("compilers", c) for c in d["compilers"]] if isinstance(d["compilers"], list) else []
+    extra = d.get("externals")
+    out += [("externals", e) for e in extra] if isinstance(extra, list) else []
+    return out
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_no_centre_module_is_shadowed(name: str, tmp_path: Path) -> None:
+    """Every external the site file gives a centre module (``modules:``) is
+    excluded from the tree by its ``name@version``; py-torch-mpi loads the
+    centre modules of its run-time pieces (MPI, libfabric, CUDA, cuDNN), never a
+    compiler's.  An external without a centre module keeps its tree module."""
+    site = sitemod.load(name)
+    lmod = yaml.safe_load(_rendered(site, tmp_path)["modules.yaml"])["modules"]["default"]["lmod"]
+    excluded = lmod.get("exclude", [])
+    loads = lmod.get("py-torch-mpi", {}).get("load", [])
+    for key, ext in _declared(site):
+        head = ext["spec"].split()[0]
+        if not ext.get("modules"):
+            assert head not in excluded, (key, excluded)
+            continue
+        assert head in excluded, (key, head, excluded)
+        runtime_piece = key in ("mpi", "libfabric", "gpu.cuda", "gpu.cudnn")
+        assert all((m in loads) == runtime_piece for m in ext["modules"]), (key, loads)
+    assert len(loads) == len(set(loads)), loads
+    if name == "derecho":
+        assert loads == ["cray-mpich/8.1.27", "cuda/12.2.1", "cudnn/8.8.1.3-12"]
+        assert excluded == ["cray-mpich@8.1.27", "cuda@12.2.1", "cudnn@8.8.1.3-12", "gcc@12.2.0"]
+
+
+def test_centre_modules_of_other_externals(tmp_path: Path) -> None:
+    """An ``externals`` entry with a centre module is excluded; only a python's
+    is loaded too (py-torch-mpi's interpreter), a build tool's is not.  Tcl
+    (no hierarchy) excludes and loads the same; the comment lists the loads."""
+    def edit(d):
+        d["externals"] += [{"spec": "python@3.11.6", "modules": ["python/3.11.6"]},
+                           {"spec": "ninja@1.11.1", "modules": ["ninja/1.11.1"]}]
+        d["gpu"]["cuda"]["modules"] = ["cuda/12.2.1", "ncarenv/23.09"]
+        d["gpu"]["cudnn"]["modules"] = ["cudnn/8.8.1.3-12", "ncarenv/23.09"]
+        d.setdefault("install", {})["module_system"] = "tcl"
+
+    site = _site(tmp_path, "derecho", edit)
+    text = _rendered(site, tmp_path)["modules.yaml"]
+    tcl = yaml.safe_load(text)["modules"]["default"]["tcl"]
+    assert {"python@3.11.6", "ninja@1.11.1", "cuda@12.2.1"} <= set(tcl["exclude"])
+    assert tcl["py-torch-mpi"]["load"] == ["cray-mpich/8.1.27", "cuda/12.2.1", "ncarenv/23.09",
+                                           "cudnn/8.8.1.3-12", "python/3.11.6"]
+    comments = " ".join(line[2:] for line in text.splitlines() if line.startswith("# "))
+    assert "cuda/12.2.1, ncarenv/23.09, cudnn/8.8.1.3-12, python/3.11.6." in comments
+
+
+def test_no_exclude_without_centre_modules(tmp_path: Path) -> None:
+    def drop(d):
+        for ext in (d["mpi"], d["gpu"]["cuda"], d["gpu"]["cudnn"], *d["compilers"]):
+            ext.pop("modules", None)
+
+    site = _site(tmp_path, "derecho", drop)
+    text = _rendered(site, tmp_path)["modules.yaml"]
+    lmod = yaml.safe_load(text)["modules"]["default"]["lmod"]
+    assert "exclude" not in lmod and "load" not in lmod["py-torch-mpi"]
+    assert lmod["hierarchy"] == ["mpi"]
+    assert "exclude:" not in text.split("modules:")[0]
 
 
 def test_tcl_site(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ the one mapping runtime.sh and spack.yaml ``env_vars`` render too.
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from torchmpi import runtime
@@ -42,33 +43,104 @@ def centre_mpi_modules(data: dict[str, Any]) -> list[str]:
     """The centre's own MPI modules (the site file's ``mpi.modules``), or none.
 
     Where the centre provides the MPI as a module (Cray PE's ``cray-mpich/<v>``,
-    loaded by default on NCAR's Derecho), a module of the same name from this
-    tree would shadow it: NCAR excludes cray-mpich from its own Spack modules
-    (NCAR/spack-derecho config/modules.yaml, ``exclude: [cray-mpich, ...]``).
-    Then the tree has no MPI module and no MPI layer, and py-torch-mpi loads
-    the centre's module by name (Lmod ``depends_on``: a no-op when it is
-    already loaded, a swap when another version is).
+    loaded by default on NCAR's Derecho), the tree has no MPI layer: the
+    centre's module opens none of it (see :func:`centre_externals`).
     """
     mpi = data.get("mpi") or {}
     return [str(m) for m in mpi.get("modules") or []]
 
 
+def _spec_head(spec: str) -> str:
+    """``name@version`` of an external's spec (``cuda@12.2.1``), its variants dropped."""
+    return spec.split()[0]
+
+
+def centre_externals(data: dict[str, Any]) -> list[tuple[str, list[str], bool]]:
+    """Every external the site file declares with a centre module, as
+    ``(spec, modules, loaded)``: ``spec`` is excluded from the tree, and
+    ``loaded`` says whether py-torch-mpi's module loads ``modules``.
+
+    No module of this tree shadows a centre module: Lmod loads one module per
+    name, and a ``cuda/12.2.1-<hash>`` of this tree (hidden, autoloaded by
+    py-torch's module) took the place of the centre's ``cuda/12.2.1``; a
+    ``cray-mpich`` one, before any was excluded, that of NCAR's default
+    cray-mpich.  NCAR's own Spack modules exclude the externals another party
+    provides modules for (cray-mpich, cray-libsci, libfabric: HPE's Cray PE;
+    NCAR/spack-derecho, branch 23.09, config/modules.yaml ``exclude:``), and
+    Spack never autoloads an excluded module.  So py-torch-mpi ``load``s the
+    centre's modules in their place (Lmod ``depends_on``: a no-op when loaded
+    already, a swap when another version is), for what it needs at run time,
+    i.e. what Spack's ``autoload: direct`` (link and run dependencies) loaded
+    before:
+
+    * the MPI and libfabric: the libraries its NCCL plugin and MPI run on;
+    * CUDA and cuDNN: RPATHed, but at NCAR a module built on them loads
+      them (config/modules.yaml there writes modules for its cuda and cudnn
+      externals, the cudnn one only to put its library on LD_LIBRARY_PATH,
+      and keeps Spack's autoload, turning it off only for a few packages
+      such as cdo and nco), and NCAR's CUDA module puts
+      ``nvcc`` on PATH (its ``prefix_inspections``), where torch's C++/CUDA
+      extensions find CUDA without ``CUDA_HOME`` (pytorch/pytorch
+      torch/utils/cpp_extension.py, ``_find_cuda_home``);
+    * a ``python`` in ``externals``: py-torch-mpi's direct run dependency,
+      the interpreter users run (py-torch-mpi/package.py).
+
+    Not loaded, only excluded: a compiler's modules (a build dependency, never
+    autoloaded; its run-time libraries come RPATHed with gcc-runtime) and any
+    other ``externals`` entry (reused for the build; its libraries are
+    RPATHed).  The spec excluded is the external's ``name@version``, so a
+    buildable one the solver builds at another version keeps its module.
+    An external without a centre module keeps its (hidden) module of this
+    tree: nothing shadows, and autoload needs it, as NCAR writes modules
+    for its own cuda and cudnn externals.
+    """
+    out: list[tuple[str, list[str], bool]] = []
+
+    def add(spec: str, ext: dict[str, Any], loaded: bool) -> None:
+        modules = [str(m) for m in ext.get("modules") or []]
+        if modules:
+            out.append((_spec_head(spec), modules, loaded))
+
+    mpi = data.get("mpi") or {}
+    add(mpi["kind"] + (f"@{mpi['version']}" if mpi.get("version") else ""), mpi, True)
+    for ext in (data.get("libfabric") or {},
+                *[((data.get("gpu") or {}).get(k) or {}) for k in ("cuda", "cudnn")]):
+        if ext:
+            add(ext["spec"], ext, True)
+    extra = data.get("externals")
+    for ext in extra if isinstance(extra, list) else []:
+        add(ext["spec"], ext, _spec_head(ext["spec"]).split("@")[0] == "python")
+    compilers = data.get("compilers")
+    for comp in compilers if isinstance(compilers, list) else []:
+        add(comp["spec"], comp, False)
+    return out
+
+
+def centre_loads(data: dict[str, Any]) -> list[str]:
+    """The centre modules py-torch-mpi's module loads, in order, once each."""
+    out: list[str] = []
+    for _, modules, loaded in centre_externals(data):
+        out += [m for m in modules if loaded and m not in out]
+    return out
+
+
 def config(data: dict[str, Any]) -> dict[str, Any]:
     """The ``<system>:`` mapping under ``modules: default:``."""
     system_ = system(data)
-    centre = centre_mpi_modules(data)
+    centre_mpi = centre_mpi_modules(data)
+    excluded = [spec for spec, _, _ in centre_externals(data)]
     out: dict[str, Any] = {}
     if system_ == "lmod":
         compilers = data["compilers"] if isinstance(data["compilers"], list) else []
         out["core_compilers"] = [c["spec"] for c in compilers]
-        if centre:
+        if centre_mpi:
             # `hierarchy::` (quoted key 'hierarchy:'): an empty list would merge
             # with Spack's default [mpi] (etc/spack/defaults/base/modules.yaml).
             out["hierarchy:"] = []
         else:
             out["hierarchy"] = ["mpi"]
-    if centre:
-        out["exclude"] = [data["mpi"]["kind"]]
+    if excluded:
+        out["exclude"] = excluded
     out["hash_length"] = 0
     out["hide_implicits"] = True
     out["all"] = {"autoload": "direct"}
@@ -78,8 +150,9 @@ def config(data: dict[str, Any]) -> dict[str, Any]:
     env = runtime.resolve(data).spack()
     if env:
         torch["environment"] = env
-    if centre:
-        torch["load"] = centre
+    loads = centre_loads(data)
+    if loads:
+        torch["load"] = loads
     if torch:
         out["py-torch-mpi"] = torch
     return out
@@ -117,11 +190,15 @@ def parts(site: Site) -> tuple[list[Part], dict[str, Any]]:
             "`enable:` (Spack's `enable::`) replaces the lower scopes' list.",
         ),
     ]
-    if centre:
+    externals = centre_externals(data)
+    if externals:
+        loads = centre_loads(data) or ["none here"]
         text.append(comment(
-            f"exclude: no {mpi['kind']} module of this tree shadows the centre's;",
-            "py-torch-mpi's `load` names the centre's module (NCAR's own Spack",
-            "modules exclude cray-mpich the same way).",
+            "exclude: the externals the site file gives a centre module (`modules:`),",
+            "so no module of this tree shadows the centre's (NCAR's own Spack modules",
+            "exclude cray-mpich and libfabric the same way).  py-torch-mpi's `load`",
+            "names the centre's modules it needs at run time instead:",
+            *textwrap.wrap(", ".join(loads) + ".", 76),
         ))
     if system_ == "lmod":
         layer = ("hierarchy: none, the centre's MPI module opens no layer of this tree."
@@ -129,7 +206,8 @@ def parts(site: Site) -> tuple[list[Part], dict[str, Any]]:
         text.append(comment(
             "core_compilers is explicit, or Spack guesses and rewrites the file;",
             layer,
-            "hide_implicits: dependencies get modules (autoload needs them) but",
+            "hide_implicits: dependencies " + ("not excluded " if externals else "")
+            + "get modules (autoload needs them) but",
             "`module avail` hides them.",
         ))
     text.append(Block(expected))
