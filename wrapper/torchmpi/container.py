@@ -200,6 +200,14 @@ def plan(site: Site) -> Plan:
         raise UserError(f"{where}.nccl: NCCL {nccl['version']} with aws-ofi-nccl"
                         f" {nccl['plugin']} is not a vouched pair (nccl-ss11 VOUCHED_PAIRS,"
                         " docs/design.md)")
+    if fabric == "slingshot":
+        # Where nothing injects a plugin (podman-hpc) the image's own one runs on
+        # Slingshot: the pair is chosen as for the native environment
+        # (spackenv.packages_yaml), never left to the solver's newest vouched pair,
+        # which may have been run only on EFA.
+        chosen = pairs.choose(nccl)
+        if chosen is not None:
+            nccl = {"version": chosen.nccl, "plugin": chosen.plugin}
     if kind == "cray-mpich":
         mpi = CRAY_STANDIN + (f" +cuda cuda_arch={site.cuda_arch}" if cuda_aware else " ~cuda")
     elif kind in ("openmpi-cuda", "openmpi"):
