@@ -36,6 +36,7 @@ through :mod:`tomllib`, shell through ``bash -n``, the Containerfile through
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import re
 import shlex
@@ -259,6 +260,25 @@ def roots(site: Site, p: Plan) -> list[str]:
     return [f"{spec} target={p.target}" for spec in (root, *d.get("extra_specs", []))]
 
 
+#: The container environment's solver settings.  ``targets: granularity: generic``
+#: and ``static_analysis``: every node is required at one generic target and the
+#: compiler, MPI and pair are required, so Spack can leave out of the problem the
+#: ~30 microarchitectures of the family (granularity, etc/spack/defaults/base/
+#: concretizer.yaml: "the time needed to reach a solution increases noticeably
+#: with the number of targets") and the providers and conditional dependencies
+#: those requirements exclude (spack/spack v1.1.0 lib/spack/spack/solver/
+#: input_analysis.py, ``StaticAnalysis``; its own test, lib/spack/spack/test/env.py
+#: ``test_static_analysis_in_environments``, checks the same hashes).  Measured
+#: here: the same concrete DAG, about a fifth less solver time, in the image's
+#: build as in the tests (docs/performance.md).  No solver cache (spack/spack#51553).
+_CONCRETIZER: dict[str, Any] = {
+    "unify": True,
+    "targets": {"host_compatible": False, "granularity": "generic"},
+    "static_analysis": True,
+    "concretization_cache": {"enable": False},
+}
+
+
 def spack_env(site: Site, p: Plan) -> dict[str, Any]:
     """The container environment as data (in-image paths only)."""
     gcc = OS_IMAGES[p.os]["gcc"]
@@ -296,8 +316,7 @@ def spack_env(site: Site, p: Plan) -> dict[str, Any]:
                   "builtin": f"{PACKAGES_DIR}/repos/spack_repo/builtin"},
         "develop": {"py-torchmpi": {"spec": f"py-torchmpi@={__version__}",
                                     "path": TORCHMPI_DIR}},
-        "concretizer": {"unify": True, "targets": {"host_compatible": False},
-                        "concretization_cache": {"enable": False}},
+        "concretizer": copy.deepcopy(_CONCRETIZER),
         "config": {"install_tree": {"root": "/opt/software"},
                    "shared_linking": {"type": "runpath"}},
         "view": "/opt/views/view",
@@ -317,6 +336,8 @@ def spack_yaml(site: Site, p: Plan) -> str:
         "shared_linking runpath: LD_LIBRARY_PATH (the injected host libraries) outranks",
         "the image's own library paths (DT_RPATH would not let it).",
         "externals: only the base image's gcc (/usr) and CUDA (/usr/local/cuda).",
+        "concretizer: generic targets and static analysis leave out of the solve what",
+        "the requirements exclude (same DAG, faster; docs/performance.md).",
     ]
     return document([comment(*lines), Block(data)], data, "spack.yaml")
 
