@@ -176,6 +176,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         shared = _shared_fixtures(item)
         if shared and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(groups[min(shared)]))
+        if getattr(config.option, "loadgroup", False):  # set in xdist workers
+            _carry_group_in_nodeid(item)
+
+
+def _carry_group_in_nodeid(item: pytest.Item) -> None:
+    """Put the ``@group`` suffix that loadgroup's scheduler reads into the node id.
+
+    xdist 3.8 appends it by assigning ``item._nodeid``; pytest 9.2 keeps node ids
+    in a structured ``item._id`` and never reads ``_nodeid``, so the suffix was
+    lost and every group was spread over the workers (every shared solve done
+    twice): pytest-dev/pytest-xdist#1386.  The suffix is written here where the
+    id lives; on a pytest that still reads ``_nodeid`` xdist's own hook does it.
+    """
+    ident = getattr(item, "_id", None)
+    names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                    for m in item.iter_markers("xdist_group")})
+    if ident is None or not names or "@" in str(ident).rpartition("]")[2]:
+        return
+    item._id = type(ident).parse(f"{ident}@{'_'.join(names)}")
 
 
 @pytest.fixture(scope="session")

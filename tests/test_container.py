@@ -17,7 +17,7 @@ import pytest
 import tomllib
 import yaml
 from conftest import edited_site
-from torchmpi import container, runtime
+from torchmpi import container, pairs, runtime
 from torchmpi import site as sitemod
 from torchmpi.cli import main
 
@@ -93,6 +93,25 @@ def test_containerfile_is_pinned_and_labelled(name: str, tmp_path: Path, capsys)
     # Every COPY source without --from is in the build context the script makes.
     sources = {a.split()[0] for w, a in instructions if w == "COPY" and "--from" not in a}
     assert sources == {"spack", "spack-packages", "torchmpi", "spack.yaml"}
+
+
+@pytest.mark.parametrize("name", SITES)
+def test_slingshot_image_pins_a_pair_run_on_slingshot(name: str) -> None:
+    """On Slingshot the image's NCCL/plugin pair is one run on Slingshot, as in the
+    native environment (pairs.choose), also where no runtime injects a plugin
+    (Perlmutter's podman-hpc: the image's own plugin is the one that runs)."""
+    site = sitemod.load(name)
+    env = yaml.safe_load(container.render(site)["spack.yaml"])["spack"]["packages"]
+    pinned = (env.get("nccl", {}).get("require"), env.get("aws-ofi-nccl", {}).get("require"))
+    if site.data["fabric"] != "slingshot":
+        assert pinned[1] is None
+        return
+    chosen = pairs.choose(container.plan(site).nccl)
+    assert chosen is not None and chosen.fabric == "slingshot"
+    assert pinned == ([f"@{chosen.nccl}"], [f"@{chosen.plugin}"])
+    label = container.labels(site, container.plan(site))
+    assert (label["org.torchmpi.nccl"], label["org.torchmpi.aws-ofi-nccl"]) == (
+        chosen.nccl, chosen.plugin)
 
 
 def test_containerfile_check_refuses_latest_unknown_stage_and_baked_nccl() -> None:

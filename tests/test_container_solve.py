@@ -1,91 +1,189 @@
-"""The container environment concretizes off-site with the pinned Spack.
+"""Every site's container environment concretizes off-site with the pinned Spack.
 
-One shared, session-scoped solve (minutes): Derecho's, the Cray CUDA-aware site,
-where the stand-in MPICH must carry ``+cuda`` for torch's ``+cuda_aware_mpi`` and
-the image must pair NCCL with the plugin the wrapper binds.  The rendered
-spack.yaml names in-image paths (/opt/torchmpi, /opt/spack-packages); the only
-change made here is mapping those onto this host's copies, as the image's build
-context does.  All five sites are rendered and parsed back in test_container.py;
-the other four are not solved in the suite (time), see docs/containers.md.
+All five sites, each solved once per session (a few minutes each): the Cray
+sites with the MPICH ABI stand-in (Derecho and Perlmutter CUDA-aware, so the
+stand-in carries ``+cuda``; Alps not), the Slingshot sites with the NCCL/plugin
+pair their runtime injects or the image carries, generic-ib with the image's
+CUDA Open MPI, local with a CPU torch.  The rendered spack.yaml names in-image
+paths (/opt/torchmpi, /opt/spack-packages); the only change made here is
+mapping those onto this host's copies, as the image's build context does.  The
+rendering and parsing back of all five is tests/test_container.py.
+
+Time: each site's tests carry their own ``xdist_group`` (``container-solve-<site>``),
+so under ``make test`` the five solves spread over the workers instead of
+queueing on the one that would hold a single shared fixture; a worker solves
+a site the first time one of its tests asks and keeps the lock for the rest.
+(That needs tests/conftest.py's fix for pytest 9.2, tests/test_xdist_groups.py.)
+The rendered environment sets generic targets, static analysis and no duplicate
+nodes (container.py), which take about 40 % off each solve with the same DAG
+(docs/performance.md): about 1-1.5 min of CPU per site here.
 """
 
 from __future__ import annotations
 
+import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
-from torchmpi import container, paths
+from torchmpi import container, pairs, paths
 from torchmpi import site as sitemod
 from torchmpi.lock import Lock
 
 pytestmark = [pytest.mark.spack, pytest.mark.concretize]
 
-SOLVED = "derecho"
+SITES = sitemod.available()
+#: One xdist group per site: the solves spread over the workers (tests/conftest.py
+#: leaves an explicit group alone).
+BY_SITE = [pytest.param(name, id=name, marks=pytest.mark.xdist_group(f"container-solve-{name}"))
+           for name in SITES]
+
+#: Where the base images keep what the container environment takes as external.
+IMAGE_PREFIXES = ("/usr", "/usr/local/cuda")
+
+
+@dataclass
+class Solved:
+    site: sitemod.Site
+    plan: container.Plan
+    proc: subprocess.CompletedProcess
+    lock: Lock | None
+
+
+class Solves:
+    """Each site's container solve, done on first request in this worker, then kept."""
+
+    def __init__(self, spack, tmp_path_factory: pytest.TempPathFactory):
+        self.spack = spack
+        self.tmp = tmp_path_factory
+        self.done: dict[str, Solved] = {}
+
+    def lock(self, name: str) -> tuple[Solved, Lock]:
+        if name not in self.done:
+            self.done[name] = self._solve(name)
+        res = self.done[name]
+        if res.lock is None:
+            pytest.fail(f"container env of {name} did not concretize (exit"
+                        f" {res.proc.returncode}):\n{res.proc.stderr[-4000:]}")
+        return res, res.lock
+
+    def _solve(self, name: str) -> Solved:
+        spack = self.spack
+        env_dir = self.tmp.mktemp(f"container-env-{name}")
+        site = sitemod.load(name)
+        data = yaml.safe_load(container.render(site)["spack.yaml"])
+        env = data["spack"]
+        assert env["repos"] == {"torchmpi": "/opt/torchmpi/spack_repo/torchmpi",
+                                "builtin": "/opt/spack-packages/repos/spack_repo/builtin"}
+        env["repos"] = {"torchmpi": str(paths.torchmpi_repo()), "builtin": str(spack.builtin)}
+        env["develop"]["py-torchmpi"]["path"] = str(paths.root())
+        env["config"]["install_tree"]["root"] = str(env_dir / "store")
+        env["view"] = False
+        (env_dir / "spack.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+        start = time.monotonic()
+        proc = spack.run("-e", str(env_dir), "concretize", "-f", check=False, timeout=1800)
+        print(f"container concretize {name}: {time.monotonic() - start:.0f} s")
+        lock_path = env_dir / "spack.lock"
+        lock = Lock(lock_path) if proc.returncode == 0 and lock_path.is_file() else None
+        return Solved(site, container.plan(site), proc, lock)
 
 
 @pytest.fixture(scope="session")
-def container_lock(spack, tmp_path_factory) -> Lock:
-    env_dir = tmp_path_factory.mktemp("container-env")
-    site = sitemod.load(SOLVED)
-    text = container.render(site)["spack.yaml"]
-    data = yaml.safe_load(text)
-    env = data["spack"]
-    assert env["repos"] == {"torchmpi": "/opt/torchmpi/spack_repo/torchmpi",
-                            "builtin": "/opt/spack-packages/repos/spack_repo/builtin"}
-    env["repos"] = {"torchmpi": str(paths.torchmpi_repo()), "builtin": str(spack.builtin)}
-    env["develop"]["py-torchmpi"]["path"] = str(paths.root())
-    env["config"]["install_tree"]["root"] = str(env_dir / "store")
-    env["view"] = False
-    (env_dir / "spack.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    start = time.monotonic()
-    proc = spack.run("-e", str(env_dir), "concretize", "-f", check=False, timeout=1800)
-    print(f"container concretize {SOLVED}: {time.monotonic() - start:.0f} s")
-    if proc.returncode != 0:
-        pytest.fail(f"container env of {SOLVED} did not concretize:\n{proc.stderr[-4000:]}")
-    return Lock(env_dir / "spack.lock")
+def solves(spack, tmp_path_factory) -> Solves:
+    return Solves(spack, tmp_path_factory)
 
 
-def test_one_torch_with_the_mpi_backend_cuda_aware(container_lock: Lock) -> None:
-    torches = container_lock.named("py-torch")
-    assert len(torches) == 1
+def _cuda_aware(site: sitemod.Site) -> bool:
+    return bool(site.gpu) and site.data["mpi"].get("cuda_aware", True)
+
+
+@pytest.mark.parametrize("name", BY_SITE)
+def test_one_torch_with_the_mpi_backend(solves: Solves, name: str) -> None:
+    """One torch, ``+mpi``; ``+cuda_aware_mpi`` exactly where the site is CUDA-aware."""
+    res, lock = solves.lock(name)
+    torches = lock.named("py-torch")
+    assert len(torches) == 1, [t.label for t in torches]
     variants = torches[0].variants
-    assert variants["mpi"] is True and variants["cuda_aware_mpi"] is True
-    assert variants["cuda"] is True and variants["cuda_arch"] == ["80"]
-    assert container_lock.root_mismatches() == []
+    assert variants["mpi"] is True
+    assert variants["cuda"] is bool(res.site.gpu)
+    assert bool(variants.get("cuda_aware_mpi")) is _cuda_aware(res.site)
+    if res.site.gpu:
+        assert variants["cuda_arch"] == [res.site.cuda_arch]
+    assert lock.root_mismatches() == []
+    assert sorted(n.name for n in lock.roots) == sorted(
+        r.split()[0] for r in container.roots(res.site, res.plan))
 
 
-def test_mpi_is_the_mpich_abi_stand_in(container_lock: Lock) -> None:
-    [mpi] = container_lock.mpi()
-    assert (mpi.name, mpi.version) == ("mpich", "3.4.3")
-    assert mpi.variants["device"] == "ch4" and mpi.variants["netmod"] == "ofi"
-    assert mpi.variants["cuda"] is True and not mpi.external
+@pytest.mark.parametrize("name", BY_SITE)
+def test_mpi_is_the_stand_in_or_the_images_own(solves: Solves, name: str) -> None:
+    """Cray sites: MPICH 3.4.3 ch4:ofi (the ABI stand-in), ``+cuda`` only where the
+    site is CUDA-aware; the others: the site's Open MPI kind, built in the image."""
+    res, lock = solves.lock(name)
+    [mpi] = lock.mpi()
+    assert not mpi.external
+    if res.site.data["mpi"]["kind"] == "cray-mpich":
+        assert (mpi.name, mpi.version) == ("mpich", "3.4.3")
+        assert mpi.variants["device"] == "ch4" and mpi.variants["netmod"] == "ofi"
+        assert mpi.variants["cuda"] is _cuda_aware(res.site)
+        if _cuda_aware(res.site):
+            assert mpi.variants["cuda_arch"] == [res.site.cuda_arch]
+    else:
+        assert mpi.name == res.site.data["mpi"]["kind"] == res.plan.mpi
+        assert mpi.name in ("openmpi", "openmpi-cuda")
+        assert (mpi.name == "openmpi-cuda") is bool(res.site.gpu)
 
 
-def test_nccl_pairs_with_the_plugin_the_site_injects(container_lock: Lock) -> None:
-    pair = sitemod.load(SOLVED).data["nccl"]
-    assert [n.version for n in container_lock.named("nccl")] == [pair["version"]]
-    assert [n.version for n in container_lock.named("aws-ofi-nccl")] == [pair["plugin"]]
+@pytest.mark.parametrize("name", BY_SITE)
+def test_nccl_pairs_with_the_plugin_the_site_injects(solves: Solves, name: str) -> None:
+    """The pinned pair where the runtime injects a plugin (CE, the apptainer
+    wrapper); on a Slingshot site with nothing injected (podman-hpc) the image's own
+    newest Slingshot pair; NCCL without a plugin off Slingshot; none on a CPU site."""
+    res, lock = solves.lock(name)
+    nccl = [n.version for n in lock.named("nccl")]
+    plugin = [n.version for n in lock.named("aws-ofi-nccl")]
+    pin = res.plan.nccl
+    if not res.site.gpu:
+        assert (nccl, plugin) == ([], [])
+    elif res.site.data["fabric"] == "slingshot":
+        chosen = pairs.choose(pin)
+        assert chosen is not None
+        if pin.get("plugin"):
+            assert (chosen.nccl, chosen.plugin) == (pin["version"], pin["plugin"])
+        assert (nccl, plugin) == ([chosen.nccl], [chosen.plugin])
+    else:
+        assert len(nccl) == 1 and plugin == []
+        if pin.get("version"):
+            assert nccl == [pin["version"]]
 
 
-def test_no_external_outside_the_image(container_lock: Lock) -> None:
-    outside = {n.label: n.external_path for n in container_lock.externals
-               if n.external_path not in ("/usr", "/usr/local/cuda")}
+@pytest.mark.parametrize("name", BY_SITE)
+def test_no_external_outside_the_image(solves: Solves, name: str) -> None:
+    res, lock = solves.lock(name)
+    outside = {n.label: n.external_path for n in lock.externals
+               if n.external_path not in IMAGE_PREFIXES}
     assert outside == {}
-    versions = {n.name: n.version for n in container_lock.externals}
+    versions = {n.name: n.version for n in lock.externals}
     # glibc: Spack 1.1 takes the libc from the compiler it runs, so an off-site
     # lock records this host's (docs/sites.md, offsite); the image's own solve
     # (the Containerfile concretizes inside the image) records the image's.
     assert versions.pop("glibc", None) is not None
-    assert versions == {"gcc": "11.4.0", "cuda": "12.2.1"}
+    want = {"gcc": container.OS_IMAGES[res.plan.os]["gcc"]}
+    if res.site.gpu:
+        want["cuda"] = res.site.gpu["cuda"]["spec"].split("@", 1)[1].split()[0]
+    assert versions == want
 
 
-def test_every_node_is_built_for_the_generic_target(container_lock: Lock) -> None:
-    targets = {n.target for n in container_lock.nodes.values() if n.name != "cuda"}
-    assert targets == {"x86_64_v3"}
+@pytest.mark.parametrize("name", BY_SITE)
+def test_every_node_is_built_for_the_generic_target(solves: Solves, name: str) -> None:
+    res, lock = solves.lock(name)
+    targets = {n.target for n in lock.to_build}
+    assert targets == {container.generic_target(res.site)}
 
 
-def test_lock_records_the_in_image_build_of_the_tool(container_lock: Lock) -> None:
-    [tool] = container_lock.named("py-torchmpi")
+@pytest.mark.parametrize("name", BY_SITE)
+def test_lock_records_the_in_image_build_of_the_tool(solves: Solves, name: str) -> None:
+    _, lock = solves.lock(name)
+    [tool] = lock.named("py-torchmpi")
     assert tool.variants.get("dev_path") == str(Path(paths.root()))

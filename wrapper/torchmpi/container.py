@@ -36,6 +36,7 @@ through :mod:`tomllib`, shell through ``bash -n``, the Containerfile through
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import re
 import shlex
@@ -200,6 +201,14 @@ def plan(site: Site) -> Plan:
         raise UserError(f"{where}.nccl: NCCL {nccl['version']} with aws-ofi-nccl"
                         f" {nccl['plugin']} is not a vouched pair (nccl-ss11 VOUCHED_PAIRS,"
                         " docs/design.md)")
+    if fabric == "slingshot":
+        # Where nothing injects a plugin (podman-hpc) the image's own one runs on
+        # Slingshot: the pair is chosen as for the native environment
+        # (spackenv.packages_yaml), never left to the solver's newest vouched pair,
+        # which may have been run only on EFA.
+        chosen = pairs.choose(nccl)
+        if chosen is not None:
+            nccl = {"version": chosen.nccl, "plugin": chosen.plugin}
     if kind == "cray-mpich":
         mpi = CRAY_STANDIN + (f" +cuda cuda_arch={site.cuda_arch}" if cuda_aware else " ~cuda")
     elif kind in ("openmpi-cuda", "openmpi"):
@@ -251,6 +260,31 @@ def roots(site: Site, p: Plan) -> list[str]:
     return [f"{spec} target={p.target}" for spec in (root, *d.get("extra_specs", []))]
 
 
+#: The container environment's solver settings.  Every node is required at one
+#: generic target and the compiler, MPI and pair are required, so three settings
+#: let Spack leave out of the problem what those requirements exclude:
+#: ``targets: granularity: generic`` (the ~30 microarchitectures of the family;
+#: etc/spack/defaults/base/concretizer.yaml at spack v1.1.0: "the time needed to
+#: reach a solution increases noticeably with the number of targets"),
+#: ``static_analysis`` (providers and conditional dependencies the requirements
+#: rule out; lib/spack/spack/solver/input_analysis.py ``StaticAnalysis``, whose
+#: own test, lib/spack/spack/test/env.py ``test_static_analysis_in_environments``,
+#: checks the hashes do not change) and ``duplicates: none`` (one node per
+#: package, as an image holds one stack: ``unify: true``; "minimal" also weighs a
+#: second copy of build tools, which none of the five sites' DAGs has; a solve
+#: that would need one fails in tests/test_container_solve.py rather than
+#: growing the image).  Measured: the same concrete DAG for every site, about
+#: 40 % less solver time together, in the image's build as in the tests
+#: (docs/performance.md).  No solver cache (spack/spack#51553).
+_CONCRETIZER: dict[str, Any] = {
+    "unify": True,
+    "targets": {"host_compatible": False, "granularity": "generic"},
+    "static_analysis": True,
+    "duplicates": {"strategy": "none"},
+    "concretization_cache": {"enable": False},
+}
+
+
 def spack_env(site: Site, p: Plan) -> dict[str, Any]:
     """The container environment as data (in-image paths only)."""
     gcc = OS_IMAGES[p.os]["gcc"]
@@ -288,8 +322,7 @@ def spack_env(site: Site, p: Plan) -> dict[str, Any]:
                   "builtin": f"{PACKAGES_DIR}/repos/spack_repo/builtin"},
         "develop": {"py-torchmpi": {"spec": f"py-torchmpi@={__version__}",
                                     "path": TORCHMPI_DIR}},
-        "concretizer": {"unify": True, "targets": {"host_compatible": False},
-                        "concretization_cache": {"enable": False}},
+        "concretizer": copy.deepcopy(_CONCRETIZER),
         "config": {"install_tree": {"root": "/opt/software"},
                    "shared_linking": {"type": "runpath"}},
         "view": "/opt/views/view",
@@ -309,6 +342,8 @@ def spack_yaml(site: Site, p: Plan) -> str:
         "shared_linking runpath: LD_LIBRARY_PATH (the injected host libraries) outranks",
         "the image's own library paths (DT_RPATH would not let it).",
         "externals: only the base image's gcc (/usr) and CUDA (/usr/local/cuda).",
+        "concretizer: generic targets, static analysis and no duplicate nodes leave out",
+        "of the solve what the requirements exclude (same DAG, faster; docs/performance.md).",
     ]
     return document([comment(*lines), Block(data)], data, "spack.yaml")
 
