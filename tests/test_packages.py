@@ -235,6 +235,13 @@ def test_openmpi_dag(openmpi_dag: Dag) -> None:
 # --- Cray MPICH + Slingshot-11 environment, with py-torchvision ---------------
 
 CRAY_SPECS = ("py-torch-mpi +cuda cuda_arch=80 fabric=slingshot", "py-torchvision")
+#: A site's packages.yaml preferring the opposite of what py-torch-mpi requires
+#: (py-torch ``+distributed +mpi +gloo``; mpi4py loading GTL on Cray MPICH
+#: ``+cuda``): the requirements must win, so the Cray DAG tests hold with them.
+CRAY_PREFERENCES = {
+    "py-torch": {"variants": "~distributed ~mpi ~gloo"},
+    "py-mpi4py": {"variants": "~cuda_aware_mpi"},
+}
 TORCHMPI_VERSION = next(
     line.split('"')[1] for line in (ROOT / "wrapper/torchmpi/__init__.py").read_text().splitlines()
     if line.startswith("__version__")
@@ -293,6 +300,7 @@ def cray_env(spack, tmp_path_factory) -> Path:
             "concretizer": {"unify": True},
             "config": {"install_tree": {"root": str(base / "store")}},
             "packages": {
+                **CRAY_PREFERENCES,
                 "mpi": {"require": ["cray-mpich"]},
                 "cray-mpich": {
                     "buildable": False,
@@ -383,6 +391,18 @@ def test_cray_dag_tool_is_the_developed_checkout(cray_dag: Dag) -> None:
 def test_cray_torch_has_gloo(cray_dag: Dag) -> None:
     assert cray_dag.variant("py-torch", "gloo") is True
     assert cray_dag.deps("py-torch")["gloo"]["parameters"]["cuda"] is True
+
+
+def test_cray_requirements_hold_against_site_preferences(cray_env: Path, cray_dag: Dag) -> None:
+    """The Cray environment's packages.yaml prefers py-torch ``~distributed ~mpi
+    ~gloo`` and py-mpi4py ``~cuda_aware_mpi``; py-torch-mpi's requirements win:
+    its torch keeps the MPI backend (and gloo), its mpi4py loads GTL."""
+    packages = yaml.safe_load((cray_env / "spack.yaml").read_text())["spack"]["packages"]
+    for name, preference in CRAY_PREFERENCES.items():
+        assert packages[name] == preference, name
+    for variant in ("distributed", "mpi", "gloo", "cuda_aware_mpi"):
+        assert cray_dag.variant("py-torch", variant) is True, variant
+    assert cray_dag.variant("py-mpi4py", "cuda_aware_mpi") is True
 
 
 @pytest.fixture(scope="session")
@@ -506,42 +526,159 @@ def test_py_torch_carries_mpich_patch_only_for_mpich(
 
 # --- what must not concretize, with each package's own message --------------
 
-NEGATIVE = {
-    "openmpi-cuda ~cuda": "openmpi-cuda is CUDA-aware by definition",
-    "py-torch-mpi ~cuda fabric=slingshot": "fabric=slingshot builds NCCL with the aws-ofi-nccl",
-    "py-torch +cuda cuda_arch=80 +cuda_aware_mpi ^mvapich2":
-        "mvapich2 is not known to torchmpi to be CUDA-aware",
-    "nccl-ss11 +cuda cuda_arch=80 ^aws-ofi-nccl@1.12.0": "aws-ofi-nccl 1.7-1.13 are AWS-only",
-    # A pair no source vouches for: NCAR ran NCCL 2.21.5 with plugin 1.6.0 only.
-    "nccl-ss11@2.21.5-1 +cuda cuda_arch=80 ^aws-ofi-nccl@1.19.0":
-        "no source vouches for this aws-ofi-nccl with NCCL 2.21.5-1",
+#: Specs the solver must refuse, solved a group at a time: each group is ONE
+#: solve of several roots (Spack reports every refusal its best model has), so
+#: the cost is about one py-torch solve per group, not one per spec.  A group
+#: holds one py-torch state only; within a group the roots touch separate
+#: nodes or ask the same node the same thing.
+REFUSAL_GROUPS = (
+    (
+        # The headline case: a CUDA-aware backend on a Cray MPICH without CUDA.
+        "py-torch +cuda cuda_arch=80 +cuda_aware_mpi ^[virtuals=mpi] cray-mpich~cuda",
+        "py-mpi4py +cuda_aware_mpi ^[virtuals=mpi] cray-mpich~cuda",
+        "py-torch-mpi +cuda cuda_arch=none",
+        "nccl-ss11 ~cuda ^aws-ofi-nccl@1.15.0",
+        "openmpi-cuda@4.0",
+    ),
+    (
+        # 2.9.0: deprecated in builtin, so the solve allows deprecated versions.
+        "py-torch@2.9.0 +cuda cuda_arch=80 +cuda_aware_mpi ^mvapich2",
+        "py-torch-mpi ~cuda fabric=slingshot",
+        # A pair no source vouches for: NCAR ran NCCL 2.21.5 with plugin 1.6.0 only.
+        "nccl-ss11@2.21.5-1 +cuda cuda_arch=none ^aws-ofi-nccl@1.12.0",
+        "openmpi-cuda ~cuda",
+    ),
+    (
+        # No py-torch: a small solve for roots whose refusal the solver would
+        # otherwise trade for a cheaper one (relaxing a requested version).
+        "nccl-ss11 +cuda cuda_arch=80 ^aws-ofi-nccl@1.12.0",
+        "openmpi-cuda fabrics=auto",
+    ),
+)
+
+#: Every conflicts()/requires() line of the torchmpi packages -> (group, the
+#: text only that line's msg holds).  Deleting the line loses its message
+#: (each was deleted once, all together, and every test here failed).
+REFUSED = {
+    "py-torch: CUDA-aware provider without +cuda": (
+        0, "py-torch +cuda_aware_mpi needs a CUDA-aware MPI: use cray-mpich+cuda"),
+    "py-torch: provider not known to be CUDA-aware": (
+        1, "mvapich2 is not known to torchmpi to be CUDA-aware"),
+    "py-torch: releases between the fixtures": (
+        1, "torchmpi's patcher was checked on 2.6.0 and 2.9.1 only"),
+    "py-torch-mpi: +cuda without cuda_arch": (
+        0, "py-torch-mpi +cuda needs the GPU architecture"),
+    "py-torch-mpi: slingshot without CUDA": (
+        1, "fabric=slingshot builds NCCL with the aws-ofi-nccl"),
+    "nccl-ss11: requires +cuda": (0, "nccl-ss11 is NCCL for NVIDIA GPUs"),
+    "nccl-ss11: +cuda without cuda_arch": (1, "nccl-ss11 needs the GPU architecture"),
+    "nccl-ss11: AWS-only plugin releases": (2, "aws-ofi-nccl 1.7-1.13 are AWS-only"),
+    "nccl-ss11: plugin shutdown-ordering bug": (
+        0, "aws-ofi-nccl before 1.17.2 has a shutdown-ordering bug on Slingshot-11"),
+    "nccl-ss11: unvouched NCCL/plugin pair": (
+        1, "no source vouches for this aws-ofi-nccl with NCCL 2.21.5-1"),
+    "openmpi-cuda: requires +cuda": (1, "openmpi-cuda is CUDA-aware by definition"),
+    "openmpi-cuda: requires @4.1:": (0, "openmpi-cuda needs Open MPI 4.1 or later"),
+    # Spack 1.1 prints no requirement message for a clash of disjoint variant
+    # values: the refusal names the value only this line asks for.
+    "openmpi-cuda: requires fabrics=ucx": (
+        2, "openmpi-cuda variant 'fabrics' cannot have values 'auto' and 'ucx'"),
 }
 
 
 @pytest.fixture(scope="session")
-def refusals(spack) -> dict[str, str]:
-    """Try every negative spec in one ``spack python`` process (one start-up),
-    recording the solver's error message for each, or "" if it concretized."""
+def refusals(spack, tmp_path_factory) -> dict:
+    """Each group of :data:`REFUSAL_GROUPS` solved once in one ``spack python``
+    process (one start-up, one repository load), recording the solver's error
+    message per group, or "" if the group concretized.  A cray-mpich ``~cuda``
+    external (stub prefix) stands for a Cray site without GPU support; the
+    ``nccl-ss11`` aarch64/gcc conflict, which no x86_64 host can solve for, is
+    checked on its declared condition instead (``aarch64_gcc9``)."""
+    prefix = tmp_path_factory.mktemp("cray-mpich-nocuda")
     code = f"""
 import json
 import spack.concretize
-result = {{}}
-for text in {list(NEGATIVE)!r}:
-    try:
-        spack.concretize.concretize_one(text)
-        result[text] = ""
-    except Exception as err:  # UnsatisfiableSpecError and friends
-        result[text] = str(err) or repr(err)
-print(json.dumps(result))
+import spack.config
+import spack.repo
+import spack.spec
+from spack.solver.asp import Solver
+scope = spack.config.InternalConfigScope("refusals", {{"packages": {{"cray-mpich": {{
+    "buildable": False,
+    "externals": [{{"spec": "cray-mpich@8.1.29 ~cuda", "prefix": {str(prefix)!r}}}]}}}}}})
+messages = []
+with spack.config.override(scope):
+    for group in {[list(g) for g in REFUSAL_GROUPS]!r}:
+        try:
+            Solver().solve([spack.spec.Spec(s) for s in group], allow_deprecated=True)
+            messages.append("")
+        except Exception as err:  # UnsatisfiableSpecError and friends
+            messages.append(str(err) or repr(err))
+# A CPU build under a site preference for the opposite of py-torch-mpi's
+# requirement (without +cuda_aware_mpi nothing else keeps torch's +mpi).
+with spack.config.override(spack.config.InternalConfigScope(
+        "preferences", {{"packages": {{"py-torch": {CRAY_PREFERENCES["py-torch"]!r}}}}})):
+    torch = spack.concretize.concretize_one("py-torch-mpi ~cuda")["py-torch"]
+preferred = {{k: str(v.value) for k, v in torch.variants.items()}}
+# Spack's own condition semantics on the line as nccl-ss11 declares it.
+cls = spack.repo.PATH.get_pkg_class("nccl-ss11")
+def refused(text):
+    spec = spack.spec.Spec(text)
+    return [msg for when, entries in cls.conflicts.items() for c, msg in entries
+            if spec.satisfies(when) and spec.satisfies(c)]
+print(json.dumps({{"messages": messages, "preferred": preferred, "aarch64_gcc9": {{
+    "hang": refused("nccl-ss11 ^nccl@2.29.2-1 %gcc@9.5.0 target=neoverse_v2"),
+    "gcc10": refused("nccl-ss11 ^nccl@2.29.2-1 %gcc@10.5.0 target=neoverse_v2"),
+    "fixed": refused("nccl-ss11 ^nccl@2.29.3-1 %gcc@9.5.0 target=neoverse_v2"),
+    "x86": refused("nccl-ss11 ^nccl@2.29.2-1 %gcc@9.5.0 target=zen3")}}}}))
 """
     return json.loads(spack.python(code).stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("text", list(NEGATIVE))
-def test_refused_with_package_message(refusals: dict[str, str], text: str) -> None:
-    message = refusals[text]
-    assert message, f"'{text}' concretized but must be refused"
-    assert NEGATIVE[text] in message, message
+@pytest.mark.parametrize("line", list(REFUSED))
+def test_refused_with_package_message(refusals: dict, line: str) -> None:
+    """Every conflicts()/requires() line of the torchmpi packages refuses a
+    spec in a real solve, and the solver reports that line's own message."""
+    group, text = REFUSED[line]
+    message = refusals["messages"][group]
+    assert message, f"{list(REFUSAL_GROUPS[group])} concretized but must be refused"
+    assert text in message, message
+
+
+def test_every_refusal_group_is_tested() -> None:
+    """No group solved for nothing: each carries at least one tested message."""
+    assert {group for group, _ in REFUSED.values()} == set(range(len(REFUSAL_GROUPS)))
+
+
+def test_cpu_torch_keeps_mpi_against_a_site_preference(refusals: dict) -> None:
+    """A site's packages.yaml preferring py-torch ``~distributed ~mpi ~gloo``
+    does not cost a CPU py-torch-mpi its MPI backend: its requirement wins.
+    (On +cuda_aware_mpi builds +mpi is implied anyway: see the Cray DAG.)"""
+    assert refusals["preferred"]["mpi"] == "True", refusals["preferred"]
+    assert refusals["preferred"]["distributed"] == "True"
+    assert refusals["preferred"]["gloo"] == "True"
+    assert refusals["preferred"]["cuda"] == "False"
+
+
+def test_mpi4py_gtl_variant_is_refused_off_cray_mpich_cuda(refusals: dict) -> None:
+    """py-mpi4py's +cuda_aware_mpi exists only on cray-mpich+cuda (its variant's
+    when=): asked on a cray-mpich~cuda, the solver would need the ``+cuda`` that
+    condition asks for, and reports the clash.  (Not the spec text: the header
+    of the message repeats every input spec.  With the ``when=`` deleted this
+    line was gone from the group's message.)"""
+    message = refusals["messages"][0]
+    assert "'cray-mpich' requires conflicting variant values '~cuda' and '+cuda'" in message, (
+        message)
+
+
+def test_aarch64_gcc9_nccl_hang_is_refused_by_its_condition(refusals: dict) -> None:
+    """No solve on this x86_64 host can pick target=aarch64, so this line is
+    checked by Spack's own condition semantics (the conflict's when and
+    constraint, as nccl-ss11 declares them, on specs): refused exactly for
+    NCCL 2.28-2.29.2 built by gcc < 10 for ARM."""
+    facts = refusals["aarch64_gcc9"]
+    assert any("hangs on ARM" in m for m in facts["hang"]), facts
+    for other in ("gcc10", "fixed", "x86"):
+        assert not any("hangs on ARM" in m for m in facts[other]), (other, facts)
 
 
 # --- overrides are neutral for users who never ask for torchmpi's features ----
@@ -669,10 +806,24 @@ conflicts = []
 for when, entries in torch.conflicts.items():
     if when.satisfies(spack.spec.Spec("+cuda_aware_mpi")):
         conflicts += [str(spec) for spec, _msg in entries]
-print(json.dumps({
-    "providers": sorted({s.name for s in spack.repo.PATH.providers_for("mpi")}),
-    "conflicts": conflicts,
-}))
+providers = sorted({s.name for s in spack.repo.PATH.providers_for("mpi")})
+
+def refused(text):
+    # Spack's condition semantics on the lines as py-torch declares them.
+    spec = spack.spec.Spec(text)
+    return [msg for when, entries in torch.conflicts.items() for c, msg in entries
+            if spec.satisfies(when) and spec.satisfies(c)]
+
+aware = "py-torch@2.10.0 +distributed+mpi+cuda+cuda_aware_mpi cuda_arch=80 ^[virtuals=mpi] "
+matrix = {}
+for name in providers:
+    row = {"plain": refused(aware + name),
+           "off": refused(aware.replace("+cuda_aware_mpi", "~cuda_aware_mpi") + name)}
+    if "cuda" in spack.repo.PATH.get_pkg_class(name).variant_names():
+        row["~cuda"] = refused(aware + f"{name}~cuda")
+        row["+cuda"] = refused(aware + f"{name}+cuda")
+    matrix[name] = row
+print(json.dumps({"providers": providers, "conflicts": conflicts, "matrix": matrix}))
 """
     return json.loads(spack.python(code).stdout.strip().splitlines()[-1])
 
@@ -691,6 +842,27 @@ def test_every_mpi_provider_is_cuda_aware_or_refused(mpi_providers: dict) -> Non
             assert f"^mpi={name}" not in conflicts
         else:
             assert f"^mpi={name}" in conflicts, f"{name} is neither known nor refused"
+
+
+def test_cuda_aware_mpi_refusal_per_provider(mpi_providers: dict) -> None:
+    """The per-provider matrix of py-torch's ``[virtuals=mpi]`` conflicts, by
+    Spack's own condition semantics (each conflict's when and constraint as
+    the package declares them, on the spec of every provider): ``~cuda`` of a
+    CUDA-aware provider and every other provider are refused with a message
+    naming it; ``+cuda`` is not, and nothing is under ``~cuda_aware_mpi``.
+    One spec per line is refused by a real solve in ``refusals`` above; a
+    solve per provider would cost minutes each."""
+    for name in mpi_providers["providers"]:
+        row = mpi_providers["matrix"][name]
+        assert row["off"] == [], name
+        if name in AWARE_MPI:
+            assert row["plain"] == [] and row["+cuda"] == [], (name, row)
+            message = (f"py-torch +cuda_aware_mpi needs a CUDA-aware MPI: use {name}+cuda "
+                       "(or openmpi-cuda)")
+            assert len(row["~cuda"]) == 1 and message in row["~cuda"][0], (name, row)
+        else:
+            assert len(row["plain"]) == 1, (name, row)
+            assert f"{name} is not known to torchmpi to be CUDA-aware" in row["plain"][0]
 
 
 def test_external_find_reports_open_mpi_once(spack, tmp_path: Path) -> None:
