@@ -200,6 +200,18 @@ def _apply(tree: Path, m: Mutant) -> None:
                               flags=re.MULTILINE))
 
 
+def mutant_env(tree: Path, outer: dict[str, str]) -> dict[str, str]:
+    """The environment a mutant's tests run under, in the scratch copy ``tree``.
+
+    ``TORCHMPI_ROOT`` must name the copy: ``setup-env.sh`` (which ``make mutate``
+    sources) exports it as the checkout, ``paths.root()`` prefers it, and the
+    Spack fixture builds its repos.yaml from it -- inherited, every package
+    mutant's tests read the unmutated checkout (tests/test_mutate.py).
+    """
+    return dict(outer, PYTHONPATH=str(tree / "wrapper"), PYTHONDONTWRITEBYTECODE="1",
+                TORCHMPI_ROOT=str(tree))
+
+
 def _run(m: Mutant, spack: bool) -> tuple[Mutant, str, float]:
     """'killed', 'survived' or 'error: ...' for one mutant, in a fresh copy."""
     start = time.monotonic()
@@ -208,7 +220,7 @@ def _run(m: Mutant, spack: bool) -> tuple[Mutant, str, float]:
         _copy_checkout(tree)
         _apply(tree, m)
         marks = [] if spack else ["-m", "not spack and not concretize"]
-        env = dict(os.environ, PYTHONPATH=str(tree / "wrapper"), PYTHONDONTWRITEBYTECODE="1")
+        env = mutant_env(tree, dict(os.environ))
         proc = subprocess.run([sys.executable, "-m", "pytest", *m.tests, "-x", "-q",
                                "-p", "no:cacheprovider", *marks], cwd=tree, env=env,
                               capture_output=True, text=True, check=False)

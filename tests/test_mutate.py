@@ -1,0 +1,72 @@
+"""``make mutate`` itself: a mutant must be what its tests see.
+
+``make mutate`` runs under ``setup-env.sh``, which exports ``TORCHMPI_ROOT`` (the
+checkout).  ``paths.root()`` prefers that variable, and the Spack fixture builds
+its ``repos.yaml`` from it, so a mutant's tests that inherit it read the
+*unmutated* package files from the checkout: every package mutant "survived"
+(0 / 4 on 2026-11-24) without a single test ever seeing it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from torchmpi import paths
+
+ROOT = paths.root()
+
+
+def _mutate_module():
+    spec = importlib.util.spec_from_file_location("mutate", ROOT / "scripts" / "mutate.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["mutate"] = mod  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_mutants_tests_see_the_scratch_copy_not_the_checkout(tmp_path: Path) -> None:
+    """Run under the environment ``make mutate`` has (``TORCHMPI_ROOT`` set to the
+    checkout), the scratch copy's tests must resolve the root, the sites and the
+    torchmpi Spack repo to the copy, where the mutant is."""
+    mutate = _mutate_module()
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    mutate._copy_checkout(tree)
+    probe = (
+        "from torchmpi import paths, sitefile\n"
+        "print(paths.root())\n"
+        "print(paths.sites_dir())\n"
+        "import torchmpi; print(torchmpi.__file__)\n"
+    )
+    outer = dict(os.environ, TORCHMPI_ROOT=str(ROOT))  # as after `. ./setup-env.sh`
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=tree, capture_output=True,
+                          text=True, check=True, env=mutate.mutant_env(tree, outer))
+    root, sites, module = proc.stdout.splitlines()
+    assert Path(root) == tree
+    assert Path(sites) == tree / "sites"
+    assert Path(module).is_relative_to(tree / "wrapper")
+
+
+def test_the_spack_fixture_in_a_scratch_copy_registers_the_copys_repo(tmp_path: Path) -> None:
+    """The ``spack`` fixture writes ``${TORCHMPI_ROOT}/spack_repo/torchmpi`` into its
+    repos.yaml and sets ``TORCHMPI_ROOT`` from ``paths.root()``: under the mutant's
+    environment that must be the copy's package repository."""
+    mutate = _mutate_module()
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    mutate._copy_checkout(tree)
+    probe = (
+        "import sys; sys.path.insert(0, 'tests')\n"
+        "import conftest\n"
+        "s = conftest.Spack(conftest.ROOT, conftest.ROOT, conftest.ROOT, conftest.ROOT)\n"
+        "print(s.env['TORCHMPI_ROOT'])\n"
+    )
+    outer = dict(os.environ, TORCHMPI_ROOT=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=tree, capture_output=True,
+                          text=True, check=True, env=mutate.mutant_env(tree, outer))
+    assert Path(proc.stdout.strip()) == tree
