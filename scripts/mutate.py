@@ -96,6 +96,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("runtime", "wrapper/torchmpi/runtime.py",
            "        out.set.setdefault(GPU_SWITCH, \"1\")", "        out.set[GPU_SWITCH] = \"1\"",
            RUNTIME),
+    # --- (block A: container, reframe, venv: mutants added below this line) ---
     # --- rendering -------------------------------------------------------------------
     Mutant("render", "wrapper/torchmpi/render.py",
            'fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=outdir)',
@@ -126,6 +127,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "return algbw * 2 * (world_size - 1) / world_size",
            "return algbw * (world_size - 1) / world_size",
            ("tests/test_allreduce.py", "tests/test_blind_spots.py")),
+    # --- (block B: modules, pairs, torches, spackenv: mutants added below this line) ---
     # --- doctor ------------------------------------------------------------------------
     Mutant("doctor", "wrapper/torchmpi/doctor/mpi.py",
            "    return Check(name, FAIL if gpu_count else WARN,",
@@ -134,6 +136,7 @@ MUTANTS: tuple[Mutant, ...] = (
            '    return any("libmpi_gtl_cuda" in text',
            '    return any("libmpi_gtl" in text and "cuda" not in text',
            ("tests/test_doctor_mpi.py", "tests/test_doctor.py")),
+    # --- (block C: dist, doctor gpu/nccl/probe, allreduce CUDA sync: mutants added below this line) ---
     # --- lock and off-site ---------------------------------------------------------
     Mutant("lock/offsite", "wrapper/torchmpi/lock.py", "            elif node.name != wanted:",
            "            elif False:", ("tests/test_concretize_cli.py",)),
