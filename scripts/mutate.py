@@ -96,6 +96,22 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("runtime", "wrapper/torchmpi/runtime.py",
            "        out.set.setdefault(GPU_SWITCH, \"1\")", "        out.set[GPU_SWITCH] = \"1\"",
            RUNTIME),
+    # the site's value must win over the fabric default it restates
+    Mutant("runtime", "wrapper/torchmpi/runtime.py",
+           '    out.set.update((k, str(v)) for k, v in (site.get("env") or {}).items())',
+           '    out.set.update((k, str(v)) for k, v in (site.get("env") or {}).items()'
+           ' if k not in out.set)', RUNTIME),
+    # a '$' in the middle of a value is as unfaithful as one at the start
+    Mutant("runtime", "wrapper/torchmpi/runtime.py", '            if "$" in str(value):',
+           '            if str(value).startswith("$"):', RUNTIME),
+    # runtime.sh: an unset PATH-like variable must not gain an empty entry (= ".")
+    Mutant("runtime", "wrapper/torchmpi/runtime.py",
+           """{shlex.quote(value)}"${{{name}:+:${name}}}"')""",
+           """{shlex.quote(value)}":${name}"')""", RUNTIME),
+    # runtime.sh: a value with a space ("AWS Libfabric") must stay one word
+    Mutant("runtime", "wrapper/torchmpi/runtime.py",
+           '        lines.append(f"export {_name(key)}={shlex.quote(value)}")',
+           '        lines.append(f"export {_name(key)}={value}")', RUNTIME),
     # --- (block A: container, reframe, venv: mutants added below this line) ---
     # --- rendering -------------------------------------------------------------------
     Mutant("render", "wrapper/torchmpi/render.py",
@@ -255,21 +271,38 @@ def main(argv: list[str] | None = None) -> int:
     areas: dict[str, list[str]] = {}
     bad = 0
     for m, verdict, seconds in results:
-        areas.setdefault(m.area, []).append(verdict)
+        equivalent = verdict == "survived" and m.name in SURVIVORS_OK
+        areas.setdefault(m.area, []).append("equivalent" if equivalent else verdict)
         flag = verdict
         if verdict != "killed":
             flag += f" (left on purpose: {SURVIVORS_OK[m.name]})" if m.name in SURVIVORS_OK else ""
             bad += m.name not in SURVIVORS_OK
         print(f"{flag:10} {seconds:6.0f} s  {m.area:12} {m.name}")
-    print("\narea          killed / measured")
-    for area in dict.fromkeys(m.area for m in chosen):
+    print("\n" + score_table(areas, [m.area for m in chosen]))
+    return 1 if bad else 0
+
+
+def score_table(areas: dict[str, list[str]], order: list[str]) -> str:
+    """Killed out of the non-equivalent mutants measured, per area.
+
+    The usual mutation score: an equivalent mutant (listed in SURVIVORS_OK with
+    the reason no behaviour can differ) has no bug for a test to find, so it is
+    counted apart, neither killed nor a survivor.
+    """
+    lines = [f"{'area':22} killed / measured (equivalent)  score"]
+    for area in dict.fromkeys(order):
         got = areas.get(area, [])
         if not got:
-            print(f"{area:13} not measured (real-Spack mutants: make mutate MUTATE_ARGS=--spack)")
+            lines.append(f"{area:22} not measured (real-Spack mutants: "
+                         "make mutate MUTATE_ARGS=--spack)")
             continue
-        killed = got.count("killed")
-        print(f"{area:13} {killed} / {len(got)}  ({100 * killed // len(got)} %)")
-    return 1 if bad else 0
+        killed, equivalent = got.count("killed"), got.count("equivalent")
+        counted = len(got) - equivalent
+        score = f"{100 * killed // counted} %" if counted else "-"
+        lines.append(f"{area:22} {killed} / {counted}"
+                     + (f" ({equivalent} equivalent)" if equivalent else "")
+                     + f"  {score}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

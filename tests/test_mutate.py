@@ -70,3 +70,16 @@ def test_the_spack_fixture_in_a_scratch_copy_registers_the_copys_repo(tmp_path: 
     proc = subprocess.run([sys.executable, "-c", probe], cwd=tree, capture_output=True,
                           text=True, check=True, env=mutate.mutant_env(tree, outer))
     assert Path(proc.stdout.strip()) == tree
+
+
+def test_an_equivalent_mutant_is_counted_apart_and_a_survivor_is_not() -> None:
+    """The score is killed / non-equivalent: a listed equivalent mutant neither
+    counts as killed nor drags the score; an unlisted survivor does."""
+    mutate = _mutate_module()
+    table = mutate.score_table(
+        {"runtime": ["killed"] * 7 + ["equivalent"], "render": ["killed", "survived"]},
+        ["runtime", "render", "packages"])
+    rows = {line.split()[0]: line for line in table.splitlines()[1:]}
+    assert rows["runtime"].split()[1:] == ["7", "/", "7", "(1", "equivalent)", "100", "%"]
+    assert rows["render"].split()[1:] == ["1", "/", "2", "50", "%"]
+    assert "not measured" in rows["packages"]
