@@ -18,7 +18,7 @@ of the patcher's behaviour can kill it.
 Mutants of package files are killed only by real-Spack tests; they run with
 ``--spack`` (slow: each re-solves).  Without it they are listed as not measured.
 
-Usage: scripts/mutate.py [--spack] [--jobs N] [--only AREA] [--list]
+Usage: scripts/mutate.py [--spack] [--jobs N] [--only AREA] [--match TEXT]... [--list]
 Exit status: 0 when every measured mutant is killed or listed in SURVIVORS_OK.
 """
 
@@ -40,6 +40,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PATCHER = "spack_repo/torchmpi/packages/py_torch/cuda_aware_mpi.py"
 TORCH_PACKAGE = "spack_repo/torchmpi/packages/py_torch/package.py"
+TORCH_MPI = "spack_repo/torchmpi/packages/py_torch_mpi/package.py"
+PLUGIN = "spack_repo/torchmpi/packages/aws_ofi_nccl/package.py"
+NCCL_SS11 = "spack_repo/torchmpi/packages/nccl_ss11/package.py"
+OPENMPI_CUDA = "spack_repo/torchmpi/packages/openmpi_cuda/package.py"
 
 
 @dataclass(frozen=True)
@@ -181,6 +185,47 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("packages", "spack_repo/torchmpi/packages/py_mpi4py/package.py",
            '        if self.spec.satisfies("+cuda_aware_mpi"):',
            "        if False:", PKG, spack=True),
+    # the plugin's name cut-off one release late: 1.13.0 registers "OFI" as well
+    Mutant("packages", PLUGIN, 'if self.spec.satisfies("@:1.12") else "OFI"',
+           'if self.spec.satisfies("@:1.13") else "OFI"', PKG, spack=True),
+    # NCCL_NET set for every aws-ofi-nccl user with CUDA, not only on Slingshot
+    Mutant("packages", PLUGIN, '        if self.spec.satisfies("+cxi"):',
+           '        if self.spec.satisfies("+cuda"):', PKG, spack=True),
+    # the cxi provider no longer required of libfabric
+    Mutant("packages", PLUGIN, 'depends_on("libfabric@1.11: fabrics=cxi", when="+cxi")',
+           'depends_on("libfabric@1.11:", when="+cxi")', PKG, spack=True),
+    # GPUDirect copies without gdrcopy
+    Mutant("packages", OPENMPI_CUDA, 'depends_on("ucx +cuda +gdrcopy")',
+           'depends_on("ucx +cuda")', PKG, spack=True),
+    # one of HPE's Slingshot settings changed
+    Mutant("packages", NCCL_SS11, '("NCCL_NET_GDR_LEVEL", "PHB")',
+           '("NCCL_NET_GDR_LEVEL", "SYS")', PKG, spack=True),
+    # the shutdown-ordering range ends one release early: 1.17.1 let through
+    Mutant("packages", NCCL_SS11, '"^aws-ofi-nccl@1.14:1.17.1"', '"^aws-ofi-nccl@1.14:1.17.0"',
+           PKG, spack=True),
+    # only the newest vouched plugin allowed with an NCCL (CSCS's 1.17.2 refused)
+    Mutant("packages", NCCL_SS11, "f\"^aws-ofi-nccl@{','.join(_plugins)}\"",
+           'f"^aws-ofi-nccl@{_plugins[0]}"', PKG, spack=True),
+    # the GPU switch for every Cray MPICH build, CUDA-aware or not
+    Mutant("packages", TORCH_MPI,
+           'if self.spec.satisfies("+cuda_aware_mpi ^[virtuals=mpi] cray-mpich"):',
+           'if self.spec.satisfies("^[virtuals=mpi] cray-mpich"):', PKG, spack=True),
+    # mpi4py's GTL asked on the wrong provider (mpich), so not on Cray
+    Mutant("packages", TORCH_MPI,
+           'when="+cuda_aware_mpi ^[virtuals=mpi] cray-mpich")',
+           'when="+cuda_aware_mpi ^[virtuals=mpi] mpich")', PKG, spack=True),
+    # InfiniBand sites get NCCL without verbs
+    Mutant("packages", TORCH_MPI, 'depends_on("nccl fabrics=verbs", when="fabric=ib")',
+           'depends_on("nccl fabrics=auto", when="fabric=ib")', PKG, spack=True),
+    # torch built against a NCCL other than the DAG's
+    Mutant("packages", TORCH_PACKAGE,
+           '            env.set("NCCL_ROOT", self.spec["nccl"].prefix)\n', "", PKG, spack=True),
+    # the GTL file name cut one character short ("liblmpi_gtl_cuda.so")
+    Mutant("packages", TORCH_PACKAGE, '"lib" + gtl["ldlibs"][0][2:] + ".so"',
+           '"lib" + gtl["ldlibs"][0][1:] + ".so"', PKG, spack=True),
+    # the unverified-release gap ends one release early: 2.9.0 let through
+    Mutant("packages", TORCH_PACKAGE, '        "@2.7.0:2.9.0",', '        "@2.7.0:2.8",',
+           PKG, spack=True),
 )
 
 #: Survivors left on purpose: mutant name -> why (docs/testing.md repeats these).
@@ -258,9 +303,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run the package mutants with the real-Spack tests (slow)")
     ap.add_argument("--jobs", type=int, default=2, help="mutants run at once (default 2)")
     ap.add_argument("--only", help="only this area")
+    ap.add_argument("--match", action="append", default=[], metavar="TEXT",
+                    help="only mutants whose name (file: line) contains TEXT (repeatable)")
     ap.add_argument("--list", action="store_true", help="list the mutants and check they apply")
     args = ap.parse_args(argv)
-    chosen = [m for m in MUTANTS if args.only in (None, m.area)]
+    chosen = [m for m in MUTANTS if args.only in (None, m.area)
+              and (not args.match or any(t in m.name for t in args.match))]
     for m in chosen:  # every mutant's line must still be in the code
         if (ROOT / m.file).read_text().count(m.old) != 1:
             raise SystemExit(f"mutate: {m.name}: line not found once; update scripts/mutate.py")
