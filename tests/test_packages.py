@@ -537,7 +537,8 @@ REFUSAL_GROUPS = (
         "py-torch +cuda cuda_arch=80 +cuda_aware_mpi ^[virtuals=mpi] cray-mpich~cuda",
         "py-mpi4py +cuda_aware_mpi ^[virtuals=mpi] cray-mpich~cuda",
         "py-torch-mpi +cuda cuda_arch=none",
-        "nccl-ss11 ~cuda ^aws-ofi-nccl@1.15.0",
+        # 1.17.1: the last release the shutdown-ordering line refuses (its boundary).
+        "nccl-ss11 ~cuda ^aws-ofi-nccl@1.17.1",
         "openmpi-cuda@4.0",
     ),
     (
@@ -625,7 +626,15 @@ def refused(text):
     spec = spack.spec.Spec(text)
     return [msg for when, entries in cls.conflicts.items() for c, msg in entries
             if spec.satisfies(when) and spec.satisfies(c)]
-print(json.dumps({{"messages": messages, "preferred": preferred, "aarch64_gcc9": {{
+def unmet(text):
+    spec = spack.spec.Spec(text)
+    return [msg for when, entries in cls.requirements.items() for reqs, policy, msg in entries
+            if spec.satisfies(when) and not any(spec.satisfies(r) for r in reqs)]
+module = __import__(cls.__module__, fromlist=["VOUCHED_PAIRS"])
+vouched = {{f"{{n}}/{{p}}": refused(text) + unmet(text) for n, p, *_ in module.VOUCHED_PAIRS
+           for text in [f"nccl-ss11@{{n}} +cuda cuda_arch=90 ^nccl@{{n}} ^aws-ofi-nccl@{{p}}"]}}
+print(json.dumps({{"messages": messages, "preferred": preferred, "vouched": vouched,
+                  "aarch64_gcc9": {{
     "hang": refused("nccl-ss11 ^nccl@2.29.2-1 %gcc@9.5.0 target=neoverse_v2"),
     "gcc10": refused("nccl-ss11 ^nccl@2.29.2-1 %gcc@10.5.0 target=neoverse_v2"),
     "fixed": refused("nccl-ss11 ^nccl@2.29.3-1 %gcc@9.5.0 target=neoverse_v2"),
@@ -670,6 +679,14 @@ def test_mpi4py_gtl_variant_is_refused_off_cray_mpich_cuda(refusals: dict) -> No
         message)
 
 
+def test_every_vouched_pair_is_admitted(refusals: dict) -> None:
+    """The other side of the refusals: nccl-ss11's own requires/conflicts lines,
+    by Spack's condition semantics, admit every NCCL/plugin pair a source
+    vouches for (CSCS's 1.17.2 with NCCL 2.29.2-1 as well as 1.18.0)."""
+    assert len(refusals["vouched"]) == len(vouched_pairs())
+    assert {pair: why for pair, why in refusals["vouched"].items() if why} == {}
+
+
 def test_aarch64_gcc9_nccl_hang_is_refused_by_its_condition(refusals: dict) -> None:
     """No solve on this x86_64 host can pick target=aarch64, so this line is
     checked by Spack's own condition semantics (the conflict's when and
@@ -708,6 +725,7 @@ def describe(spec, pkg_cls):
     }
 
 ours = spack.concretize.concretize_one("aws-ofi-nccl")
+cxi = spack.concretize.concretize_one("aws-ofi-nccl +cxi")
 builtin = spack.concretize.concretize_one("builtin.aws-ofi-nccl")
 builtin_cls = spack.repo.PATH.get_repo("builtin").get_pkg_class("aws-ofi-nccl")
 print(json.dumps({
@@ -715,6 +733,8 @@ print(json.dumps({
     "builtin": describe(builtin, builtin_cls),
     # The builtin class on the override's spec: what builtin would set there.
     "builtin_on_ours": describe(ours, builtin_cls)["run_env"],
+    "cxi_libfabric": {"version": str(cxi["libfabric"].version),
+                      "fabrics": sorted(cxi["libfabric"].variants["fabrics"].value)},
 }))
 """
     return json.loads(spack.python(code).stdout.strip().splitlines()[-1])
@@ -727,6 +747,15 @@ def test_plugin_override_solves_like_builtin_by_default(plugin_default_vs_builti
     assert added == {"cxi": "False"}, "only torchmpi's own variant, off by default"
     assert {k: ours["variants"][k] for k in builtin["variants"]} == builtin["variants"]
     assert ours["deps"] == builtin["deps"], "the same dependencies, hash for hash"
+
+
+def test_plugin_with_cxi_gets_a_libfabric_with_the_cxi_provider(plugin_default_vs_builtin) -> None:
+    """``+cxi`` (what nccl-ss11 asks) must bring libfabric's cxi provider, from
+    a release the plugin's configure accepts (>= 1.11), in a real solve with no
+    site to supply it."""
+    libfabric = plugin_default_vs_builtin["cxi_libfabric"]
+    assert "cxi" in libfabric["fabrics"], libfabric
+    assert tuple(int(p) for p in libfabric["version"].split(".")[:2]) >= (1, 11), libfabric
 
 
 def test_plugin_override_run_environment_is_builtins_by_default(
