@@ -107,7 +107,8 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_container.py", "tests/test_container_podman.py")),
     Mutant("container/reframe/venv", "wrapper/torchmpi/container.py",
            '    if fabric == "slingshot":\n        # Where nothing injects',
-           '    if fabric == "slingshot" and rt in INJECTS_PLUGIN:\n        # Where nothing injects',
+           '    if fabric == "slingshot" and rt in INJECTS_PLUGIN:\n'
+           '        # Where nothing injects',
            ("tests/test_container.py", "tests/test_container_podman.py")),
     Mutant("container/reframe/venv", "wrapper/torchmpi/container.py",
            'if devices and site.data["fabric"] == "ib":',
