@@ -254,3 +254,85 @@ def test_container_help_names_the_verb(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["container", "--help"])
     assert "Containerfile" in capsys.readouterr().out
+
+
+# --- what the image and its descriptors must carry (each kills a planted bug, scripts/mutate.py)
+
+def test_unstated_cuda_aware_is_cuda_aware_in_the_image(tmp_path: Path) -> None:
+    """``mpi.cuda_aware`` defaults to true (site schema, runtime.cray_gpu_switch): a Cray
+    site that does not state it gets the same image and injection as one stating true --
+    the stand-in MPICH built +cuda and the host's GTL preloaded."""
+    site = edited_site(tmp_path, "derecho", lambda d: d["mpi"].pop("cuda_aware"))
+    assert container.plan(site) == container.plan(sitemod.load("derecho"))
+    files = container.render(site)
+    mpich = yaml.safe_load(files["spack.yaml"])["spack"]["packages"]["mpich"]["require"][0]
+    assert "+cuda" in mpich.split()
+    assert "libmpi_gtl_cuda.so.0" in files["run.sh"]
+
+
+#: The image's root spec, site by site: alps-gh200 states cuda_aware: false (CSCS's
+#: uenv has no CUDA-aware MPI for torch), derecho and perlmutter true, generic-ib's
+#: openmpi-cuda is CUDA-aware without stating it.
+CUDA_AWARE_ROOT = {"alps-gh200": "~cuda_aware_mpi", "derecho": "+cuda_aware_mpi",
+                   "perlmutter": "+cuda_aware_mpi", "generic-ib": "+cuda_aware_mpi"}
+
+
+@pytest.mark.parametrize("name", sorted(CUDA_AWARE_ROOT))
+def test_image_root_spec_is_cuda_aware_only_where_the_site_is(name: str) -> None:
+    env = yaml.safe_load(container.render(sitemod.load(name))["spack.yaml"])["spack"]
+    root = env["specs"][0].split()
+    assert root[0] == "py-torch-mpi" and "+cuda" in root
+    assert CUDA_AWARE_ROOT[name] in root
+    other = {"+cuda_aware_mpi": "~cuda_aware_mpi", "~cuda_aware_mpi": "+cuda_aware_mpi"}
+    assert other[CUDA_AWARE_ROOT[name]] not in root
+
+
+def test_plain_podman_passes_the_gpus_and_the_hca_only_where_the_runtime_is_podman(
+        tmp_path: Path, capsys) -> None:
+    """generic-ib's runtime is podman: its run.sh must hand the container the GPUs and
+    /dev/infiniband (without it NCCL has no verbs device and falls back to sockets);
+    derecho's run-podman.sh re-creates the apptainer injection and passes no device."""
+    ib = (render_cli(tmp_path, "generic-ib", capsys) / "run.sh").read_text()
+    launch = next(line for line in ib.splitlines() if line.startswith("exec podman run"))
+    assert "--device nvidia.com/gpu=all" in launch and "--device /dev/infiniband" in launch
+    derecho = (render_cli(tmp_path, "derecho", capsys) / "run-podman.sh").read_text()
+    assert "--device" not in derecho
+
+
+def _shifter(cuda_aware: bool):
+    def edit(data):
+        data["container"] = {"runtime": "shifter",
+                             "nccl": {"version": "2.29.2-1", "plugin": "1.18.0"}}
+        data["mpi"]["cuda_aware"] = cuda_aware
+        data["runtime"]["env"]["MPICH_GPU_SUPPORT_ENABLED"] = int(cuda_aware)
+    return edit
+
+
+def test_shifter_loads_cuda_mpich_only_on_a_cuda_aware_site(tmp_path: Path) -> None:
+    """NERSC's cuda-mpich module injects the GTL; on a site whose torch is built
+    ~cuda_aware_mpi (MPICH_GPU_SUPPORT_ENABLED=0) it must not be requested."""
+    def header(cuda_aware: bool) -> str:
+        site = edited_site(tmp_path / str(cuda_aware), "perlmutter", _shifter(cuda_aware))
+        return container.render(site)["shifter.sh"]
+
+    (tmp_path / "True").mkdir()
+    (tmp_path / "False").mkdir()
+    assert "#SBATCH --module=gpu,nccl-plugin,cuda-mpich\n" in header(True)
+    off = header(False)
+    assert "#SBATCH --module=gpu,nccl-plugin\n" in off and "cuda-mpich\n" not in off
+    assert "export MPICH_GPU_SUPPORT_ENABLED=0\n" in off
+
+
+def test_edf_prepends_and_appends_to_the_jobs_paths(tmp_path: Path) -> None:
+    """runtime.prepend_path/append_path add to a path list (docs/sites.md): in the EDF the
+    job's own value must stay after (before) the site's directory, not be replaced.
+    ``${VAR:-}`` is the EDF's expansion that tolerates an unset VAR (CSCS EDF reference,
+    docs.cscs.ch/software/container-engine/edf/, variable expansion)."""
+    def edit(data):
+        data["runtime"]["prepend_path"] = {"LD_LIBRARY_PATH": "/opt/site/lib"}
+        data["runtime"]["append_path"] = {"PATH": "/opt/site/bin"}
+
+    edf = tomllib.loads(container.render(edited_site(tmp_path, "alps-gh200", edit))[
+        "alps-gh200.toml"])
+    assert edf["env"]["LD_LIBRARY_PATH"] == "/opt/site/lib:${LD_LIBRARY_PATH:-}"
+    assert edf["env"]["PATH"] == "${PATH:-}:/opt/site/bin"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import edited_site
 from mpi_launch import job_env, wrong_allreduce_torchmpi
 from torchmpi import paths, runtime
 from torchmpi import reframe as rfmconf
@@ -202,6 +203,13 @@ def test_local_run_passes_with_a_performance_figure(tmp_path):
     assert proc.returncode == 0, out
     assert "PASSED" in out and "Ran 1/1 test case" in out
     assert _perf(out, "avg_busbw") > 0 and _perf(out, "peak_busbw") > 0
+    # Each performance variable is the figure torchmpi printed for it, not another line's.
+    job = next((tmp_path / "rfm" / "output").glob("*/*/*/torchmpi_allreduce_*/rfm_job.out"))
+    text = job.read_text()
+    avg = float(re.search(r"^# Avg bus bandwidth\s*:\s*(\S+)", text, re.MULTILINE).group(1))
+    peak = float(re.search(r"^# peak busbw (\S+) GB/s", text, re.MULTILINE).group(1))
+    assert avg < peak, text  # a mean over sizes below their maximum: the two differ
+    assert (_perf(out, "avg_busbw"), _perf(out, "peak_busbw")) == (avg, peak), out
     perflog = tmp_path / "rfm" / "perflogs" / "local" / "cpu" / "torchmpi_allreduce.log"
     assert "avg_busbw" in perflog.read_text()
 
@@ -301,3 +309,33 @@ def test_nccl_network_sanity_on_recorded_logs(log, passes):
     text = (paths.root() / "tests/fixtures/nccl-logs" / log).read_text() + "# correctness: OK\n"
     needles = _checks_module().network_needles(want)
     assert all(re.search(n, text, re.MULTILINE) for n in needles) == passes
+
+
+def test_pbs_site_that_needs_the_rendezvous_flag_gets_it_on_mpiexec(tmp_path):
+    """FI_CXI_RDZV_PROTO=alt_read needs the launcher to disable its rendezvous gets
+    (fabric data launcher_flags): on a PBS site that is PALS mpiexec's --disable_rdzv_get.
+    No shipped PBS site sets alt_read (derecho keeps HPE's default), so derecho with it."""
+    def alt_read(data):
+        data["runtime"]["env"]["FI_CXI_RDZV_PROTO"] = "alt_read"
+
+    site = edited_site(tmp_path, "derecho", alt_read)
+    generate(str(site.path), tmp_path / "cfg")
+    proc = run_checks(tmp_path / "cfg", tmp_path, "--dry-run", "-S", "num_nodes=2", *GLOO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    script = allreduce_dirs(tmp_path)["gloo_cpu"]
+    launch = re.search(r"^mpiexec -n 8 --ppn 4 .*torchmpi allreduce.*$", script, re.MULTILINE)
+    assert launch and "--disable_rdzv_get" in launch.group(0), script
+
+
+def test_runtime_sh_runs_after_the_prepare_commands_so_the_sites_values_win(tmp_path):
+    """--prepare commands run first and the site's runtime.sh last (docs/users.md): a
+    prepare command that sets a runtime variable does not override the site's value."""
+    generate("generic-ib", tmp_path, "--env", "runtime-sh",
+             "--prepare", "export NCCL_DEBUG=TRACE")
+    text = (tmp_path / rfmconf.CONFIG).read_text()
+    config = ast.literal_eval(next(n.value for n in ast.parse(text).body
+                                   if isinstance(n, ast.Assign)))
+    cmds = config["environments"][0]["prepare_cmds"]
+    proc = subprocess.run(["bash", "-c", "\n".join([*cmds, 'printf %s "$NCCL_DEBUG"'])],
+                          capture_output=True, text=True, check=True)
+    assert proc.stdout == "WARN", cmds  # sites/generic-ib.yaml runtime.env NCCL_DEBUG

@@ -80,6 +80,9 @@ def fake_lock(path: Path) -> Path:
         "h6": {"name": "py-pip", "version": "25.1", "namespace": "builtin"},
         "h7": {"name": "py-typing-extensions", "version": INSTALLED["typing_extensions"],
                "namespace": "builtin"},
+        # A Spack-only version (a git branch, as py-torch@main): `==main` is no PEP 440
+        # version, so pinning it would make pip refuse every install in the venv.
+        "h8": {"name": "py-einops", "version": "main", "namespace": "builtin"},
     }
     path.write_text(json.dumps({"roots": [{"hash": "h1", "spec": "py-torch-mpi"}],
                                 "concrete_specs": specs}))
@@ -124,7 +127,8 @@ def test_venv_is_wired_to_the_constraints(site_venv):
     assert "torch==2.13.0" in constraints.read_text().splitlines()
     assert "include-system-site-packages = true" in (site_venv / "pyvenv.cfg").read_text()
     assert f"constraint = {constraints}" in (site_venv / "pip.conf").read_text()
-    script = (f". {site_venv}/bin/activate && echo $PIP_CONSTRAINT"
+    # printenv is a child process, as pip is: the variable must be exported, not just set.
+    script = (f". {site_venv}/bin/activate && printenv PIP_CONSTRAINT"
               " && deactivate && echo after=$PIP_CONSTRAINT")
     proc = subprocess.run(["bash", "-c", script],
                           capture_output=True, text=True, check=True)
@@ -174,3 +178,17 @@ def test_lock_without_torch_is_refused(tmp_path, capsys):
     assert main(["venv", str(tmp_path / "v"), "--lock", str(lock)]) == 2
     assert "no torch among the pins" in capsys.readouterr().err
     assert not (tmp_path / "v").exists()
+
+
+def test_pins_from_the_python_leave_the_installer_free(tmp_path):
+    """Without a lock the pins are what --python has installed, less pip, setuptools and
+    wheel (pinned, `pip install -U pip` in the venv would be refused), and torch's local
+    label dropped (``==2.13.0`` admits the installed 2.13.0+cpu)."""
+    assert metadata.version("pip")  # the base has pip: leaving it out is a real choice
+    target = tmp_path / "v"
+    assert main(["venv", str(target), "--python", sys.executable]) == 0
+    lines = (target / "constraints.txt").read_text().splitlines()
+    pins = dict(line.split("==") for line in lines if not line.startswith("#"))
+    assert pins["torch"] == metadata.version("torch").split("+")[0]
+    assert pins["numpy"] == INSTALLED["numpy"]
+    assert not {"pip", "setuptools", "wheel"} & {name.lower() for name in pins}
