@@ -130,11 +130,15 @@ def test_no_centre_module_is_shadowed(name: str, tmp_path: Path) -> None:
 
 def test_centre_modules_of_other_externals(tmp_path: Path) -> None:
     """An ``externals`` entry with a centre module is excluded; only a python's
-    is loaded too (py-torch-mpi's interpreter), a build tool's is not.  Tcl
-    (no hierarchy) excludes and loads the same; the comment lists the loads."""
+    is loaded too (py-torch-mpi's interpreter), a build tool's or a python
+    package's is not.  Tcl (no hierarchy) excludes and loads the same; the
+    comment lists the loads."""
     def edit(d):
         d["externals"] += [{"spec": "python@3.11.6", "modules": ["python/3.11.6"]},
-                           {"spec": "ninja@1.11.1", "modules": ["ninja/1.11.1"]}]
+                           {"spec": "ninja@1.11.1", "modules": ["ninja/1.11.1"]},
+                           # built on a python, but no python: excluded, not loaded
+                           {"spec": "py-numpy@1.25.2 ^python@3.11.6",
+                            "modules": ["py-numpy/1.25.2"]}]
         d["gpu"]["cuda"]["modules"] = ["cuda/12.2.1", "ncarenv/23.09"]
         d["gpu"]["cudnn"]["modules"] = ["cudnn/8.8.1.3-12", "ncarenv/23.09"]
         d.setdefault("install", {})["module_system"] = "tcl"
@@ -142,7 +146,8 @@ def test_centre_modules_of_other_externals(tmp_path: Path) -> None:
     site = _site(tmp_path, "derecho", edit)
     text = _rendered(site, tmp_path)["modules.yaml"]
     tcl = yaml.safe_load(text)["modules"]["default"]["tcl"]
-    assert {"python@3.11.6", "ninja@1.11.1", "cuda@12.2.1"} <= set(tcl["exclude"])
+    assert {"python@3.11.6", "ninja@1.11.1", "py-numpy@1.25.2",
+            "cuda@12.2.1"} <= set(tcl["exclude"])
     assert tcl["py-torch-mpi"]["load"] == ["cray-mpich/8.1.27", "cuda/12.2.1", "ncarenv/23.09",
                                            "cudnn/8.8.1.3-12", "python/3.11.6"]
     comments = " ".join(line[2:] for line in text.splitlines() if line.startswith("# "))

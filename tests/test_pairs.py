@@ -103,14 +103,19 @@ def test_unpinned_slingshot_site_gets_a_slingshot_run_pair(tmp_path: Path) -> No
     pkgs = _pins(tmp_path, "derecho", unpin)
     pair = (pkgs["nccl"]["require"][0].lstrip("@"), pkgs["aws-ofi-nccl"]["require"][0].lstrip("@"))
     assert pair in _slingshot_run(), pair
-    # The newest such pair.
-    newest = next(p for p in pairs.vouched() if p.fabric == "slingshot")
-    assert pair == (newest.nccl, newest.plugin)
+    # The newest such pair, by release numbers (not by the table's own order).
+    def number(version: str) -> tuple[int, ...]:
+        return tuple(int(n) for n in re.findall(r"\d+", version))
+    newest = max(_slingshot_run(), key=lambda p: (number(p[0]), number(p[1])))
+    assert pair == newest
 
 
 def test_nccl_pinned_alone_gets_its_slingshot_run_plugin(tmp_path: Path) -> None:
     pkgs = _pins(tmp_path, "derecho", _pin("2.27.7-1"))
     assert pkgs["aws-ofi-nccl"]["require"] == ["@1.19.0"]
+    # Two Slingshot-run plugins with NCCL 2.29.2-1 (CSCS): the newer.
+    pkgs = _pins(tmp_path, "derecho", _pin("2.29.2-1"))
+    assert pkgs["aws-ofi-nccl"]["require"] == ["@1.18.0"]
     # An NCCL vouched only by release notes: the solver picks among its plugins.
     pkgs = _pins(tmp_path, "derecho", _pin("2.28.7-1"))
     assert pkgs["nccl"]["require"] == ["@2.28.7-1"] and "aws-ofi-nccl" not in pkgs

@@ -55,6 +55,31 @@ def test_cuda_arch_without_cray_gtl(tmp_path: Path) -> None:
     assert text.strip().startswith("cuda_arch:")
 
 
+def test_cuda_arch_without_cray_gtl_when_cuda_aware_is_unstated(tmp_path: Path) -> None:
+    """Cray MPICH is CUDA-aware unless the site says otherwise (the root is
+    +cuda_aware_mpi and the build needs the GTL), so the GTL rule holds too."""
+    def edit(d: dict) -> None:
+        d["mpi"].pop("cuda_aware")
+        d["gpu"].update(cuda_arch="90a", model="NVIDIA GH200")
+        d["gpu"]["cuda"]["spec"] = "cuda@12.4.0"
+    line, _ = refused(tmp_path, "derecho", edit, "gpu.cuda_arch")
+    assert "no GTL support could be found" in line
+
+
+def test_cuda_range_end_takes_its_point_releases(tmp_path: Path) -> None:
+    """builtin's `cuda@9.0:12.9` for cuda_arch=70 takes 12.9.1 (Spack: a range's
+    end matches every release it prefixes); 13.0 is past it."""
+    def v100(cuda: str):
+        def edit(d: dict) -> None:
+            d["gpu"].update(cuda_arch=70, model="NVIDIA V100-SXM2-32GB")
+            d["gpu"]["cuda"]["spec"] = f"cuda@{cuda}"
+        return edit
+    site = edited_site(tmp_path, "derecho", v100("12.9.1"))
+    assert site.cuda_arch == "70" and site.gpu["cuda"]["spec"] == "cuda@12.9.1"
+    line, _ = refused(tmp_path, "derecho", v100("13.0.0"), "gpu.cuda_arch")
+    assert "'70' needs CUDA 9.0 to 12.9" in line and "the site's CUDA is 13.0.0" in line
+
+
 def test_cuda_arch_gtl_rule_is_off_without_cuda_aware_mpi(tmp_path: Path) -> None:
     site = edited_site(tmp_path, "alps-gh200", lambda d: d["gpu"].update(cuda_arch="90a"))
     assert site.cuda_arch == "90a"  # alps-gh200 has mpi.cuda_aware: false

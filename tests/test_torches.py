@@ -112,6 +112,10 @@ def test_unverified_release_is_named_at_concretize(fake_spack: Path, tmp_path: P
     (["2.13.0"], ("'2.13.0' is no py-torch release of the pinned builtin spack-packages;"
                  " allowed: 2.12.0, 2.11.0, 2.10.0 (current) or 2.9.1, 2.6.0")),
     (["2.8.0"], "torch 2.8.0 cannot be built +cuda_aware_mpi"),
+    # Both ends of the 2.7.0-2.9.0 gap, and the last release before 2.6.
+    (["2.9.0"], "torch 2.9.0 cannot be built +cuda_aware_mpi"),
+    (["2.7.0"], "torch 2.7.0 cannot be built +cuda_aware_mpi"),
+    (["2.5.1"], "torch 2.5.1 cannot be built +cuda_aware_mpi"),
     (["2.11"], "'2.11' is not allowed; allowed: a PyTorch release as MAJOR.MINOR.PATCH"),
     (["2.11.0", "2.11.0"], "lists a value twice"),
 ])
@@ -124,6 +128,21 @@ def test_bad_release_is_refused_at_load(tmp_path: Path, versions: list, expect: 
 
 def test_cuda_aware_rule_only_with_cuda_aware_mpi(tmp_path: Path) -> None:
     assert edited_site(tmp_path, "alps-gh200", _with("2.8.0")).data["torch"]
+    # The edges of the allowed ranges load on a +cuda_aware_mpi site.
+    for version in ("2.6.0", "2.9.1"):
+        assert edited_site(tmp_path, "derecho", _with(version)).data["torch"]
+
+
+def test_gpu_site_silent_on_cuda_aware_is_cuda_aware(tmp_path: Path, capsys) -> None:
+    """mpi.cuda_aware unstated on a GPU site means +cuda_aware_mpi (the rendered
+    root says so), so a release that cannot be built that way is refused and an
+    unverified one is named, as on a site that states it."""
+    with pytest.raises(UserError) as err:
+        edited_site(tmp_path, "generic-ib", _with("2.8.0"))
+    assert "torch 2.8.0 cannot be built +cuda_aware_mpi" in str(err.value)
+    files, err_text = _render(tmp_path, "generic-ib", _with("2.12.0"), capsys)
+    assert "+cuda_aware_mpi" in files["spack.yaml"]["spack"]["specs"][0]
+    assert "torch 2.12.0: no ProcessGroupMPI fixture" in err_text
 
 
 def test_verified_releases_are_the_fixtures() -> None:
