@@ -216,7 +216,9 @@ from mpi4py import MPI
 per_node = int(sys.argv[1])
 socket.gethostname = lambda: "node%d" % (MPI.COMM_WORLD.rank // per_node)
 from torchmpi.dist import launch_from_env, mpi_rendezvous
-print("RDV " + json.dumps(mpi_rendezvous(launch_from_env(os.environ))), flush=True)
+answers = MPI.COMM_WORLD.gather(mpi_rendezvous(launch_from_env(os.environ)), root=0)
+if MPI.COMM_WORLD.rank == 0:  # one line: ranks' lines may interleave in mpirun's output
+    print("RDV " + json.dumps(answers), flush=True)
 """
 
 
@@ -225,7 +227,8 @@ def test_mpi_rendezvous_is_loopback_only_when_every_rank_shares_the_host(per_nod
     """4 ranks on one node: loopback; on 2 or 4 nodes: rank 0's host, the same on every rank."""
     proc = mpirun(4, sys.executable, "-c", RENDEZVOUS, str(per_node))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    answers = [json.loads(line[4:]) for line in proc.stdout.splitlines()
-               if line.startswith("RDV ")]
+    lines = [line[4:] for line in proc.stdout.splitlines() if line.startswith("RDV ")]
+    assert len(lines) == 1, proc.stdout
+    answers = json.loads(lines[0])
     assert len(answers) == 4 and all(a == answers[0] for a in answers), answers
     assert answers[0][0] == addr
