@@ -276,6 +276,43 @@ def test_the_stream_wait_is_cudas_only_for_cuda_over_mpi():
         assert ar.stream_wait(device, backend) is ar.no_wait
 
 
+def test_the_clock_is_read_only_after_the_device_finished(gloo_world_of_one, monkeypatch):
+    """CUDA collectives return before the GPU is done: the timer must stop after the wait.
+
+    Without it a CUDA run times only the kernel launches and reports a bandwidth no
+    link has (nccl-tests synchronises its stream before reading the clock too).  The
+    CUDA wait is a stand-in that records when it runs, beside the collectives and the clock.
+    """
+    dist = gloo_world_of_one
+    events: list[str] = []
+    real_reduce, real_clock = dist.all_reduce, ar.time.perf_counter
+
+    def reduce(*args, **kwargs):
+        events.append("all_reduce")
+        return real_reduce(*args, **kwargs)
+
+    def clock():
+        events.append("clock")
+        return real_clock()
+
+    monkeypatch.setattr(dist, "all_reduce", reduce)
+    monkeypatch.setattr(ar.time, "perf_counter", clock)
+    monkeypatch.setattr(ar, "clock_wait", lambda device: lambda: events.append("finish"))
+    ar.run_sizes([8], device="cpu", warmup=1, iters=2, time_op="avg")
+    start = events.index("clock")
+    stop = events.index("clock", start + 1)
+    assert events[start:stop + 1] == ["clock", "all_reduce", "all_reduce", "finish", "clock"]
+    assert "finish" in events[:start], events  # the warm-up is finished before the start too
+
+
+def test_the_clock_waits_for_cuda_on_every_backend():
+    """Unlike the stream wait, the clock's wait is needed by every backend on CUDA."""
+    import torch
+
+    assert ar.clock_wait("cuda") is torch.cuda.synchronize
+    assert ar.clock_wait("cpu") is ar.no_wait
+
+
 def test_doctor_probe_synchronises_before_its_collective():
     """The probe fills its tensor with a kernel; on CUDA it waits before all_reduce."""
     import ast

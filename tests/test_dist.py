@@ -121,6 +121,7 @@ def test_non_integer_is_an_error():
 
 @pytest.mark.parametrize(("nodelist", "host"), [
     ("nid[001-004,010]", "nid001"), ("login1,login2", "login1"), ("gpu7", "gpu7"),
+    ("nid[003,005-007]", "nid003"),  # a single node before a range: Slurm's compressed form
 ])
 def test_first_slurm_host(nodelist, host):
     assert first_slurm_host(nodelist) == host
@@ -146,6 +147,18 @@ def test_fallback_rendezvous_is_loopback_only_when_every_rank_is_here():
                 "SLURM_STEP_TASKS_PER_NODE": "4", "SLURM_STEP_NODELIST": "nid001002"}
     assert fallback_rendezvous(launch_from_env(one_node), one_node)[0] == "127.0.0.1"
     assert fallback_rendezvous(launch_from_env(SRUN), SRUN)[0] != "127.0.0.1"
+
+
+def test_fallback_rendezvous_one_rank_per_node_is_the_first_host_on_every_node():
+    """One rank per node (local size 1): no rank is alone in the job, so no loopback."""
+    answers = set()
+    for rank in range(3):
+        env = {**SRUN, "SLURM_PROCID": str(rank), "SLURM_LOCALID": "0", "SLURM_NODEID": str(rank),
+               "SLURM_STEP_NUM_TASKS": "3", "SLURM_STEP_TASKS_PER_NODE": "1(x3)"}
+        launch = launch_from_env(env)
+        assert (launch.world_size, launch.local_world_size) == (3, 1)
+        answers.add(fallback_rendezvous(launch, env))
+    assert answers == {("nid001002", DEFAULT_PORT + 123456 % 20000)}
 
 
 def test_fallback_rendezvous_without_any_hint_says_what_to_do():
@@ -192,3 +205,30 @@ def test_launch_mapping_under_torchrun():
     proc = torchrun(2, "--no-python", sys.executable, "-c", PROBE)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _views(proc.stdout) == [["torchrun", 0, 2, 0, 0], ["torchrun", 1, 2, 1, 1]]
+
+
+# mpi4py's rendezvous under a real mpirun.  This machine is one node, so each rank's
+# hostname is a stand-in (rank // per_node names its node) set before the gather: the
+# choice of address is what is checked, the allgather and the broadcast are real.
+RENDEZVOUS = """
+import json, os, socket, sys
+from mpi4py import MPI
+per_node = int(sys.argv[1])
+socket.gethostname = lambda: "node%d" % (MPI.COMM_WORLD.rank // per_node)
+from torchmpi.dist import launch_from_env, mpi_rendezvous
+answers = MPI.COMM_WORLD.gather(mpi_rendezvous(launch_from_env(os.environ)), root=0)
+if MPI.COMM_WORLD.rank == 0:  # one line: ranks' lines may interleave in mpirun's output
+    print("RDV " + json.dumps(answers), flush=True)
+"""
+
+
+@pytest.mark.parametrize(("per_node", "addr"), [(4, "127.0.0.1"), (2, "node0"), (1, "node0")])
+def test_mpi_rendezvous_is_loopback_only_when_every_rank_shares_the_host(per_node, addr):
+    """4 ranks on one node: loopback; on 2 or 4 nodes: rank 0's host, the same on every rank."""
+    proc = mpirun(4, sys.executable, "-c", RENDEZVOUS, str(per_node))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [line[4:] for line in proc.stdout.splitlines() if line.startswith("RDV ")]
+    assert len(lines) == 1, proc.stdout
+    answers = json.loads(lines[0])
+    assert len(answers) == 4 and all(a == answers[0] for a in answers), answers
+    assert answers[0][0] == addr

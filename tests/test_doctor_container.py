@@ -90,3 +90,18 @@ def test_mount_points_of_a_real_mountinfo() -> None:
     assert "/" in points and "/proc" in points
     assert dc.mount_points("36 35 98:0 /a /mnt/with\\040space rw - ext3 /dev/x rw\n") == [
         "/mnt/with space"]
+
+
+def test_the_innermost_mount_decides_whatever_the_order_of_mountinfo() -> None:
+    """mountinfo's line order is not a nesting order: a new mount is appended to the
+    namespace's list, a moved one (``mount --move``) keeps its place (torvalds/linux
+    fs/namespace.c: attach_recursive_mnt re-attaches a moved tree, only commit_tree
+    appends).  The host's bind mount holding the file decides, listed before or after
+    the root it sits in."""
+    found = {"libfabric.so.1": "/opt/cray/libfabric/1.22.0/lib64/libfabric.so.1"}
+    for mounts in (["/", "/proc", "/opt/cray"], ["/opt/cray", "/proc", "/"]):
+        checks = {c.name: c for c in dc.container_checks(
+            {"TORCHMPI_CONTAINER": "podman"}, True, False, resolve=lambda names: found,
+            mounts=mounts)}
+        assert checks["container.libfabric"].status == "PASS", mounts
+        assert "from the host" in checks["container.libfabric"].detail

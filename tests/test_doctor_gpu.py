@@ -198,6 +198,32 @@ def test_cpu_only_node_skips_cuda_probes_with_the_reason():
     assert checks["probe.nccl"].status == SKIP and "no NCCL backend" in checks["probe.nccl"].detail
 
 
+def test_gpu_node_probes_gloo_and_nccl_with_cuda_tensors():
+    """On a GPU node the gloo probe sends a CUDA tensor (a CPU one proves nothing about the
+    GPU path); only probe.mpi stays on the CPU.  The children's output is recorded."""
+    started: list[tuple[str, str]] = []
+
+    def runner(argv, **_kwargs):
+        backend, device = argv[-2:]
+        started.append((backend, device))
+        return CommandResult(0, f"{probe.OK_MARK} {backend} {device} world=1\n")
+
+    results = probe.run_all(GOOD_TORCH, runner, {})
+    assert started == [("mpi", "cpu"), ("mpi", "cuda"), ("nccl", "cuda"), ("gloo", "cuda")]
+    checks = {c.name: c for c in probe.probe_checks(GOOD_TORCH, results)}
+    assert "gloo cuda" in checks["probe.gloo"].detail
+    assert probe.probe_device(CPU_MPI_TORCH, None) == "cpu"
+
+
+def test_probe_tensor_is_on_the_device_it_was_asked_for():
+    """The real probe child with a device that is not the CPU and exists without a GPU
+    (torch's "meta": shapes, no data).  Its tensor must be made there, so reading the
+    sum back fails with torch's own words; a tensor made on the CPU would pass."""
+    result = probe.run_probe(run_command, dict(os.environ), "gloo", "meta")
+    check = probe.judge("probe.gloo", result)
+    assert check.status == FAIL and "meta tensor" in check.detail, (check, result)
+
+
 def test_probe_env_drops_the_launchers_rank_variables():
     env = {"OMPI_COMM_WORLD_RANK": "1", "PMI_RANK": "1", "PMIX_RANK": "1", "RANK": "1",
            "OMPI_MCA_btl": "^openib", "OMPI_ALLOW_RUN_AS_ROOT": "1", "FI_PROVIDER": "cxi"}

@@ -90,9 +90,12 @@ def test_single_node_job_should_not_set_nccl_net():
     assert check.status == WARN and "single-node" in check.detail
 
 
-def test_no_plugin_on_slingshot_fails_for_multi_node_only():
+def test_no_plugin_on_slingshot_fails_unless_the_job_is_known_to_be_one_node():
     assert nccl.check_nccl_plugin({}, nccl.PluginInfo(), True, 2).status == FAIL
     assert nccl.check_nccl_plugin({}, nccl.PluginInfo(), True, 1).status == WARN
+    # An unknown node count (no node-count variable, no readable nodefile) is not one
+    # node: as nccl.network does, only a job known to be single-node is let off with a WARN.
+    assert nccl.check_nccl_plugin({}, nccl.PluginInfo(), True, None).status == FAIL
     assert nccl.check_nccl_plugin({}, nccl.PluginInfo(), False, 2).status == PASS
     assert nccl.check_nccl_plugin({}, nccl.PluginInfo(), True, 2, has_nccl=False).status == SKIP
 

@@ -77,3 +77,14 @@ def test_mpi4py_outside_the_tree_is_named():
                               {"USER": "ann"})
     assert check.status == FAIL and "mpi4py from /home/ann/.local" in check.detail
     assert "torch from" not in check.detail
+
+
+def test_a_sibling_tree_with_the_same_prefix_is_outside():
+    """The tree of an older install beside the site's (install-2025 next to install) is
+    not the site's: the root must match whole path components, not a string prefix."""
+    site = {"install": {"root": "/glade/work/$user/tm/install"}}
+    old = {"torch": "/glade/work/ann/tm/install-2025/py-torch/torch/__init__.py"}
+    check = check_site_prefix(old, site, {"USER": "ann"})
+    assert check.status == FAIL and "torch from /glade/work/ann/tm/install-2025" in check.detail
+    new = {"torch": "/glade/work/ann/tm/install/py-torch/torch/__init__.py"}
+    assert check_site_prefix(new, site, {"USER": "ann"}).status == PASS

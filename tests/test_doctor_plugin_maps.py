@@ -88,6 +88,20 @@ def test_a_plugin_whose_libfabric_does_not_load_fails(libs):
     assert check.status == FAIL and error in check.detail, check
 
 
+def test_the_plugin_is_named_even_when_its_libfabric_sorts_first(tmp_path):
+    """As on Alps: libfabric in /opt/cray, the plugin under /user-environment.  The child
+    lists every file the load mapped, sorted; the plugin is the libnccl-net file among
+    them, not the first, and its path gives the version."""
+    built = build(tmp_path)
+    moved = tmp_path / "zz" / "aws-ofi-nccl-1.19.0-abcdef"
+    moved.parent.mkdir()
+    built["plugin"].parent.rename(moved)  # after libfabric-1.22.0 in sorted order
+    plugin = resolve(str(moved / "lib"))
+    assert plugin.libraries == {"libnccl-net.so": str(moved / "lib" / "libnccl-net.so")}
+    assert plugin.version == (1, 19, 0)
+    assert plugin.libfabric == str(built["fabric"] / "libfabric.so.1")
+
+
 def test_the_first_loadable_directory_wins(libs):
     """Two candidates on the path: the one the loader takes is the one reported."""
     plugin = resolve(f"{libs['plugin']}:{libs['view']}")

@@ -163,6 +163,21 @@ def test_a_broken_cuda_aware_site_still_fails():
     assert checks["probe.mpi_cuda"] == FAIL
 
 
+def test_an_unset_switch_is_not_the_design_the_cuda_probe_still_judges():
+    """Only MPICH_GPU_SUPPORT_ENABLED=0 says "NCCL carries CUDA tensors"; unset, Cray MPICH
+    leaves GPU support off, so the job forgot it and PyTorch's rejection is a real FAIL."""
+    from torchmpi.doctor import probe
+
+    inputs = design_job("perlmutter")
+    inputs.site = None
+    assert inputs.env.pop(probe.GPU_SWITCH) == "1"
+    inputs.probes = {**inputs.probes,
+                     "probe.mpi_cuda": CommandResult(1, pytorch_cuda_mpi_error())}
+    assert probe.cuda_over_mpi_off(inputs.env, None, "cray-mpich") is None
+    checks = {c.name: c for c in doctor.run_checks(inputs)}
+    assert checks["probe.mpi_cuda"].status == FAIL, checks["probe.mpi_cuda"]
+
+
 def test_gather_does_not_start_the_cuda_mpi_probe_where_the_design_says_nccl():
     """The CUDA-over-MPI child is never started on such a job (it could only abort)."""
     from torchmpi.doctor import probe

@@ -152,6 +152,14 @@ def stream_wait(device: str, backend: str) -> Callable[[], None]:
     return no_wait
 
 
+def clock_wait(device: str) -> Callable[[], None]:
+    """What must run before the clock is read: on CUDA the collectives return before
+    the GPU is done, whatever the backend, so the timer would measure only the launches."""
+    import torch
+
+    return torch.cuda.synchronize if device == "cuda" else no_wait
+
+
 def _reduce_time(seconds: float, how: str, world: int, device: str,
                  ready: Callable[[], None] = no_wait) -> float:
     """Combine this rank's time with the others' (collective: every rank calls it)."""
@@ -178,6 +186,7 @@ def run_sizes(sizes: list[int], *, device: str, dtype_name: str = "float32",
     time, so a hang shows which size it hit).  ``ready`` runs before every
     collective (default :func:`stream_wait` for this device and backend), the
     timed ones included: a correct MPI+CUDA training step pays that wait too.
+    :func:`clock_wait` runs before the clock is read.
     """
     import torch
     import torch.distributed as dist
@@ -187,7 +196,7 @@ def run_sizes(sizes: list[int], *, device: str, dtype_name: str = "float32",
     rank, world = dist.get_rank(), dist.get_world_size()
     if ready is None:
         ready = stream_wait(device, str(dist.get_backend()))
-    finish = torch.cuda.synchronize if device == "cuda" else no_wait  # for the clock
+    finish = clock_wait(device)
     results = []
     for size in sizes:
         count = max(1, size // elem)
