@@ -116,7 +116,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("runtime", "wrapper/torchmpi/runtime.py",
            '        lines.append(f"export {_name(key)}={shlex.quote(value)}")',
            '        lines.append(f"export {_name(key)}={value}")', RUNTIME),
-    # --- (block A: container, reframe, venv: mutants added below this line) ---
+    # --- container, reframe, venv ---------------------------------------------------
     Mutant("container/reframe/venv", "wrapper/torchmpi/container.py",
            'cuda_aware = bool(site.gpu) and d["mpi"].get("cuda_aware", True)',
            'cuda_aware = bool(site.gpu) and d["mpi"].get("cuda_aware", False)',
@@ -200,7 +200,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "return algbw * 2 * (world_size - 1) / world_size",
            "return algbw * (world_size - 1) / world_size",
            ("tests/test_allreduce.py", "tests/test_blind_spots.py")),
-    # --- (block B: modules, pairs, torches, spackenv: mutants added below this line) ---
+    # --- modules, pairs, torch releases, site rules ---------------------------------
     # An unpinned or NCCL-only Slingshot site gets a pair run on Slingshot, the newest one.
     Mutant("modules/pairs/torches", "wrapper/torchmpi/pairs.py",
            'if plugin is not None or pair.fabric == "slingshot":',
@@ -254,7 +254,12 @@ MUTANTS: tuple[Mutant, ...] = (
            '    return any("libmpi_gtl_cuda" in text',
            '    return any("libmpi_gtl" in text and "cuda" not in text',
            ("tests/test_doctor_mpi.py", "tests/test_doctor.py")),
-    # --- (block C: dist, doctor gpu/nccl/probe, allreduce CUDA sync: mutants added below this line) ---
+    # --- dist, doctor GPU/NCCL/probe paths, allreduce's CUDA waits ----------------------
+    # the stream wait chosen for the run's device and backend ignored (MPI reads CUDA
+    # buffers before the kernel that filled them has run)
+    Mutant("dist/doctor", "wrapper/torchmpi/allreduce.py",
+           "        ready = stream_wait(device, str(dist.get_backend()))",
+           "        ready = no_wait", ("tests/test_allreduce.py",)),
     # rendezvous: the job's first host on every node, loopback only when every rank is here
     Mutant("dist/doctor", "wrapper/torchmpi/dist.py",
            "if addr is None and launch.world_size in (1, launch.local_world_size):",

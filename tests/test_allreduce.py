@@ -305,6 +305,36 @@ def test_the_clock_is_read_only_after_the_device_finished(gloo_world_of_one, mon
     assert "finish" in events[:start], events  # the warm-up is finished before the start too
 
 
+def test_every_collective_waits_for_the_stream_first(gloo_world_of_one, monkeypatch):
+    """ProcessGroupMPI reads a CUDA tensor on its own thread: the wait chosen by
+    ``stream_wait`` for the run's device and backend must run before every
+    collective (the sums checked, the warm-up, the timed ones, the time reduced).
+
+    The wait is a stand-in that records when it runs, asked for by the run's own
+    device and backend, so a run that ignores ``stream_wait`` is seen here
+    without a GPU."""
+    dist = gloo_world_of_one
+    events: list[str] = []
+    asked: list[tuple[str, str]] = []
+    real_reduce = dist.all_reduce
+
+    def reduce(*args, **kwargs):
+        events.append("all_reduce")
+        return real_reduce(*args, **kwargs)
+
+    def wait(device: str, backend: str):
+        asked.append((device, backend))
+        return lambda: events.append("ready")
+
+    monkeypatch.setattr(dist, "all_reduce", reduce)
+    monkeypatch.setattr(ar, "stream_wait", wait)
+    ar.run_sizes([8], device="cpu", warmup=1, iters=2, time_op="avg")
+    assert asked == [("cpu", "gloo")]
+    reduces = [i for i, e in enumerate(events) if e == "all_reduce"]
+    assert len(reduces) >= 5, events  # check, wrong-count, warm-up, 2 timed (+ time)
+    assert all(i > 0 and events[i - 1] == "ready" for i in reduces), events
+
+
 def test_the_clock_waits_for_cuda_on_every_backend():
     """Unlike the stream wait, the clock's wait is needed by every backend on CUDA."""
     import torch
