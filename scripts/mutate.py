@@ -385,7 +385,7 @@ MUTANTS: tuple[Mutant, ...] = (
            'depends_on("ucx +cuda")', PKG, spack=True),
     # one of HPE's Slingshot settings changed
     Mutant("packages", NCCL_SS11, '("NCCL_NET_GDR_LEVEL", "PHB")',
-           '("NCCL_NET_GDR_LEVEL", "SYS")', (*PKG, "tests/test_modules_render.py"), spack=True),
+           '("NCCL_NET_GDR_LEVEL", "SYS")', PKG, spack=True),
     # the shutdown-ordering range ends one release early: 1.17.1 let through
     Mutant("packages", NCCL_SS11, '"^aws-ofi-nccl@1.14:1.17.1"', '"^aws-ofi-nccl@1.14:1.17.0"',
            PKG, spack=True),
@@ -405,7 +405,8 @@ MUTANTS: tuple[Mutant, ...] = (
            'depends_on("nccl fabrics=auto", when="fabric=ib")', PKG, spack=True),
     # torch built against a NCCL other than the DAG's
     Mutant("packages", TORCH_PACKAGE,
-           '            env.set("NCCL_ROOT", self.spec["nccl"].prefix)\n', "", PKG, spack=True),
+           '            env.set("NCCL_ROOT", self.spec["nccl"].prefix)',
+           "            pass", PKG, spack=True),
     # the GTL file name cut one character short ("liblmpi_gtl_cuda.so")
     Mutant("packages", TORCH_PACKAGE, '"lib" + gtl["ldlibs"][0][2:] + ".so"',
            '"lib" + gtl["ldlibs"][0][1:] + ".so"', PKG, spack=True),
