@@ -247,10 +247,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "chosen = pairs.choose(nccl)",
            ("tests/test_pairs.py", "tests/test_render.py", "tests/test_sites.py")),
     # --- doctor ------------------------------------------------------------------------
-    Mutant("doctor", "wrapper/torchmpi/doctor/mpi.py",
+    Mutant("dist/doctor", "wrapper/torchmpi/doctor/mpi.py",
            "    return Check(name, FAIL if gpu_count else WARN,",
            "    return Check(name, WARN,", ("tests/test_doctor_mpi.py", "tests/test_doctor.py")),
-    Mutant("doctor", "wrapper/torchmpi/doctor/mpi.py",
+    Mutant("dist/doctor", "wrapper/torchmpi/doctor/mpi.py",
            '    return any("libmpi_gtl_cuda" in text',
            '    return any("libmpi_gtl" in text and "cuda" not in text',
            ("tests/test_doctor_mpi.py", "tests/test_doctor.py")),

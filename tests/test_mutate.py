@@ -83,3 +83,25 @@ def test_an_equivalent_mutant_is_counted_apart_and_a_survivor_is_not() -> None:
     assert rows["runtime"].split()[1:] == ["7", "/", "7", "(1", "equivalent)", "100", "%"]
     assert rows["render"].split()[1:] == ["1", "/", "2", "50", "%"]
     assert "not measured" in rows["packages"]
+
+
+def test_docs_give_a_score_for_every_area_over_its_mutants() -> None:
+    """docs/testing.md's table has a row per area of scripts/mutate.py, and the
+    row's "measured" is the number of mutants the area has now: adding a mutant
+    without running it (or an area without a score) fails here."""
+    mutate = _mutate_module()
+    counts: dict[str, int] = {}
+    for m in mutate.MUTANTS:
+        counts[m.area] = counts.get(m.area, 0) + 1
+    text = (ROOT / "docs" / "testing.md").read_text()
+    section = text.split("## Strength: planted bugs", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0] and cells[0][0] == "`":
+            rows[cells[0].split("`")[1]] = cells[1]
+    assert set(rows) == set(counts), (sorted(rows), sorted(counts))
+    for area, cell in rows.items():
+        killed, measured = (int(x) for x in cell.split()[0:3:2])
+        assert measured == counts[area], (area, cell, counts[area])
+        assert killed <= measured
