@@ -37,7 +37,7 @@ mutate: setup  ## plant one-line bugs, run each module's tests, list survivors (
 	$(ENV) $(PY) scripts/mutate.py $(MUTATE_ARGS)
 
 lint: venv
-	$(VENV)/bin/ruff check spack_repo wrapper tests
+	$(VENV)/bin/ruff check spack_repo wrapper tests scripts
 
 demo: setup  ## render + concretize the local site (the embedded default) and print the summary
 	$(ENV) torchmpi render local && torchmpi concretize local
