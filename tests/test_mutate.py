@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from torchmpi import paths
 
 ROOT = paths.root()
@@ -29,47 +30,49 @@ def _mutate_module():
     return mod
 
 
-def test_a_mutants_tests_see_the_scratch_copy_not_the_checkout(tmp_path: Path) -> None:
-    """Run under the environment ``make mutate`` has (``TORCHMPI_ROOT`` set to the
-    checkout), the scratch copy's tests must resolve the root, the sites and the
-    torchmpi Spack repo to the copy, where the mutant is."""
-    mutate = _mutate_module()
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    mutate._copy_checkout(tree)
-    probe = (
-        "from torchmpi import paths, sitefile\n"
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A scratch copy of the checkout, made as ``make mutate`` makes one."""
+    tree = tmp_path_factory.mktemp("tree")
+    _mutate_module()._copy_checkout(tree)
+    return tree
+
+
+def _probe(tree: Path, code: str) -> list[str]:
+    """Lines printed by ``code`` run in ``tree`` under a mutant's environment,
+    started from the one ``make mutate`` has (``TORCHMPI_ROOT`` = the checkout,
+    as ``setup-env.sh`` exports it)."""
+    outer = dict(os.environ, TORCHMPI_ROOT=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True,
+                          text=True, check=True, env=_mutate_module().mutant_env(tree, outer))
+    return proc.stdout.splitlines()
+
+
+def test_a_mutants_tests_see_the_scratch_copy_not_the_checkout(scratch: Path) -> None:
+    """The scratch copy's tests must resolve the root, the sites and the
+    ``torchmpi`` import to the copy, where the mutant is."""
+    root, sites, module = _probe(scratch, (
+        "from torchmpi import paths\n"
         "print(paths.root())\n"
         "print(paths.sites_dir())\n"
         "import torchmpi; print(torchmpi.__file__)\n"
-    )
-    outer = dict(os.environ, TORCHMPI_ROOT=str(ROOT))  # as after `. ./setup-env.sh`
-    proc = subprocess.run([sys.executable, "-c", probe], cwd=tree, capture_output=True,
-                          text=True, check=True, env=mutate.mutant_env(tree, outer))
-    root, sites, module = proc.stdout.splitlines()
-    assert Path(root) == tree
-    assert Path(sites) == tree / "sites"
-    assert Path(module).is_relative_to(tree / "wrapper")
+    ))
+    assert Path(root) == scratch
+    assert Path(sites) == scratch / "sites"
+    assert Path(module).is_relative_to(scratch / "wrapper")
 
 
-def test_the_spack_fixture_in_a_scratch_copy_registers_the_copys_repo(tmp_path: Path) -> None:
+def test_the_spack_fixture_in_a_scratch_copy_registers_the_copys_repo(scratch: Path) -> None:
     """The ``spack`` fixture writes ``${TORCHMPI_ROOT}/spack_repo/torchmpi`` into its
     repos.yaml and sets ``TORCHMPI_ROOT`` from ``paths.root()``: under the mutant's
     environment that must be the copy's package repository."""
-    mutate = _mutate_module()
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    mutate._copy_checkout(tree)
-    probe = (
+    [root] = _probe(scratch, (
         "import sys; sys.path.insert(0, 'tests')\n"
         "import conftest\n"
         "s = conftest.Spack(conftest.ROOT, conftest.ROOT, conftest.ROOT, conftest.ROOT)\n"
         "print(s.env['TORCHMPI_ROOT'])\n"
-    )
-    outer = dict(os.environ, TORCHMPI_ROOT=str(ROOT))
-    proc = subprocess.run([sys.executable, "-c", probe], cwd=tree, capture_output=True,
-                          text=True, check=True, env=mutate.mutant_env(tree, outer))
-    assert Path(proc.stdout.strip()) == tree
+    ))
+    assert Path(root) == scratch
 
 
 def test_an_equivalent_mutant_is_counted_apart_and_a_survivor_is_not() -> None:
