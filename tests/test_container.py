@@ -9,6 +9,7 @@ tests/test_container_podman.py runs podman).
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -336,3 +337,51 @@ def test_edf_prepends_and_appends_to_the_jobs_paths(tmp_path: Path) -> None:
         "alps-gh200.toml"])
     assert edf["env"]["LD_LIBRARY_PATH"] == "/opt/site/lib:${LD_LIBRARY_PATH:-}"
     assert edf["env"]["PATH"] == "${PATH:-}:/opt/site/bin"
+
+
+def _add_to_paths(data) -> None:
+    data["runtime"]["prepend_path"] = {"PATH": "/opt/site/bin"}
+    data["runtime"]["append_path"] = {"TORCHMPI_TEST_LIST": "/opt/site/share"}
+
+
+@pytest.mark.parametrize(("name", "script"), [("derecho", "run.sh"),
+                                              ("derecho", "run-podman.sh"),
+                                              ("perlmutter", "run.sh"),
+                                              ("generic-ib", "run.sh")])
+def test_every_shell_descriptor_adds_the_sites_paths_in_the_container(
+        name: str, script: str, tmp_path: Path) -> None:
+    """What each ``exec`` line runs after the image is run here by a real POSIX sh,
+    standing in for the image's: the site's directory goes before (after) the
+    list the process already has, an unset list gets it alone.  podman runs the
+    same words in a container (tests/test_container_podman.py)."""
+    text = container.render(edited_site(tmp_path, name, _add_to_paths))[script]
+    line = next(line for line in text.splitlines() if line.startswith("exec "))
+    words = shlex.split(line)
+    after_image = words[words.index("$image") + 1:]
+    assert after_image[-1] == "$@", line
+    proc = subprocess.run([*after_image[:-1], "/usr/bin/env"], capture_output=True, text=True,
+                          check=True, env={"PATH": "/usr/bin:/bin"})
+    env = dict(row.split("=", 1) for row in proc.stdout.splitlines())
+    assert env["PATH"] == "/opt/site/bin:/usr/bin:/bin"
+    assert env["TORCHMPI_TEST_LIST"] == "/opt/site/share"
+
+
+def test_a_site_without_added_paths_starts_the_command_directly(tmp_path: Path,
+                                                                capsys) -> None:
+    """No shell between the image and the command where nothing is added to a list."""
+    for script in ("run.sh", "run-podman.sh"):
+        text = (render_cli(tmp_path, "derecho", capsys) / script).read_text()
+        line = next(line for line in text.splitlines() if line.startswith("exec "))
+        assert line.endswith(' "$image" "$@"'), line
+
+
+def test_shifter_refuses_paths_it_cannot_add_to(tmp_path: Path, capsys) -> None:
+    """shifter puts the image's ENV over the job's (NERSC/shifter src/shifter_core.c,
+    shifter_setupenv): a directory added on the host would be lost in the container."""
+    def edit(data):
+        _shifter(True)(data)
+        _add_to_paths(data)
+
+    err = _refused(tmp_path, edited_site(tmp_path, "perlmutter", edit).path, capsys)
+    assert "runtime.prepend_path" in err and "siteEnvPrepend" in err
+    assert "Traceback" not in err

@@ -186,3 +186,32 @@ def test_podman_hpc_module_maps_the_host_libraries(image, podman_hpc, tmp_path: 
     env["TORCHMPI_CONTAINER_INJECT"] = "0"
     origins, maps = parse_probe(_run(script, image, env, "/usr/bin/probe", "libmpi.so.12"))
     assert origins == {"libmpi.so.12": "image"}
+
+
+def test_site_paths_are_added_to_inside_the_container(image, tmp_path: Path) -> None:
+    """runtime.prepend_path/append_path (docs/sites.md) add to the *container's* list:
+    the image's PATH stays after the site's directory, an unset list gets the site's
+    directory alone, the injected host libraries stay behind the site's, and
+    runtime.env still arrives.  Until 2026-11-24 only the CE EDF carried them: every
+    shell descriptor dropped them without a word."""
+    host = tmp_path / "host"
+    host_tree(host, "8.1.27")
+
+    def edit(data):
+        _point_at(host)(data)
+        data["runtime"]["prepend_path"] = {"PATH": "/opt/site/bin",
+                                           "LD_LIBRARY_PATH": "/opt/site/lib"}
+        data["runtime"]["append_path"] = {"TORCHMPI_TEST_LIST": "/opt/site/share"}
+
+    site = edited_site(tmp_path, "derecho", edit)
+    script = tmp_path / "run-podman.sh"
+    script.write_text(container.render(site)["run-podman.sh"])
+    out = _run(script, image, dict(os.environ, TORCHMPI_IMAGE=image), "/bin/env")
+    env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    path = env["PATH"].split(":")
+    assert path[0] == "/opt/site/bin" and "/usr/bin" in path, env["PATH"]
+    assert env["TORCHMPI_TEST_LIST"] == "/opt/site/share"
+    libs = env["LD_LIBRARY_PATH"].split(":")
+    assert libs == ["/opt/site/lib", *container.plan(site).lib_path], libs
+    assert env["MPICH_GPU_SUPPORT_ENABLED"] == "1"
+    assert env[container.MARKER] == "podman"

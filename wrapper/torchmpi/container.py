@@ -190,6 +190,15 @@ def plan(site: Site) -> Plan:
                         " mpi.prefix, which the site file does not give")
     if fabric == "slingshot" and not site.gpu:
         raise UserError(f"{where}: fabric slingshot needs a GPU site (the NCCL plugin)")
+    added = [op for op in runtime.PATH_OPS if (d.get("runtime") or {}).get(op)]
+    if rt == "shifter" and added:
+        # shifter_setupenv puts the image's ENV over the job's environment
+        # (NERSC/shifter src/shifter_core.c), so a directory added on the host to a
+        # list the image sets (PATH, LD_LIBRARY_PATH) would be dropped without a word.
+        raise UserError(f"{site.path}: runtime.{added[0]}: shifter replaces a list the image"
+                        " sets with the image's value, so the descriptor cannot add to it;"
+                        " an admin adds it with a shifter module's siteEnvPrepend or"
+                        " siteEnvAppend (udiRoot.conf), or use runtime podman-hpc")
     nccl = dict(box.get("nccl") or d.get("nccl") or {})
     if rt in INJECTS_PLUGIN and fabric == "slingshot" and not nccl.get("plugin"):
         raise UserError(
@@ -540,6 +549,29 @@ def _env_args(site: Site, flag: str, engine: str) -> list[str]:
     return [f"{flag} {shlex.quote(f'{k}={v}')}" for k, v in env.items()]
 
 
+def _in_container(site: Site) -> str:
+    """Words put between the image and the user's command (``"$@"``) so that the site's
+    ``runtime.prepend_path``/``append_path`` add to the *container's* lists.
+
+    podman, podman-hpc and apptainer's ``-e``/``--env`` only replace a variable, and
+    on the host ``$PATH`` is the host's list, not the image's; so a POSIX shell in
+    the image runs the same ``export`` lines as runtime.sh, then ``exec``-s the
+    command.  Empty where the site adds to no list (the command starts as before).
+    """
+    rt = runtime.resolve(site.data)
+    lines = runtime.shell_lines(runtime.Runtime(prepend_path=rt.prepend_path,
+                                                append_path=rt.append_path))
+    if not lines:
+        return ""
+    script = "; ".join([*lines, 'exec "$@"'])
+    return f"/bin/sh -c {shlex.quote(script)} torchmpi-paths "
+
+
+def _command(site: Site) -> str:
+    """The end of every ``exec`` line: the image, then the user's command."""
+    return f' "$image" {_in_container(site)}"$@"'
+
+
 def _inject_block(p: Plan, bind_flag: str, env_flag: str) -> list[str]:
     """Shell lines that fill the ``inject`` array: binds, LD_LIBRARY_PATH, LD_PRELOAD."""
     if not (p.binds or p.lib_path or p.preload):
@@ -582,7 +614,7 @@ def podman_sh(site: Site, p: Plan, devices: bool = False) -> str:
     if devices and site.data["fabric"] == "ib":
         flags.append("--device /dev/infiniband")
     body.append(f'exec podman run {" ".join(flags)} "${{inject[@]}}" '
-                + " ".join(_env_args(site, "-e", "podman")) + ' "$image" "$@"')
+                + " ".join(_env_args(site, "-e", "podman")) + _command(site))
     return _script(site, what, body)
 
 
@@ -598,7 +630,7 @@ def apptainer_sh(site: Site, p: Plan) -> str:
             f"TORCHMPI_IMAGE: the .sif (default {site.name}.sif)."]
     body = _inject_block(p, "--bind", "--env")
     body.append('exec apptainer exec --nv --bind /run "${inject[@]}" '
-                + " ".join(_env_args(site, "--env", "apptainer")) + ' "$image" "$@"')
+                + " ".join(_env_args(site, "--env", "apptainer")) + _command(site))
     return _script(site, what, body, image=f"{site.name}.sif")
 
 
@@ -627,7 +659,7 @@ def podman_hpc_sh(site: Site, p: Plan) -> str:
             '  inject+=(--torchmpi)', 'fi']
     gpu = ["--gpu"] if site.gpu else []
     body.append("exec podman-hpc run --rm " + " ".join(gpu) + ' "${inject[@]}" '
-                + " ".join(_env_args(site, "-e", "podman-hpc")) + ' "$image" "$@"')
+                + " ".join(_env_args(site, "-e", "podman-hpc")) + _command(site))
     return _script(site, what, body)
 
 
