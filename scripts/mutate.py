@@ -350,6 +350,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("dist/doctor", "wrapper/torchmpi/doctor/container.py",
            "        if inside and len(point) > len(best):", "        if inside:",
            ("tests/test_doctor_container.py", "tests/test_doctor.py")),
+    Mutant("dist/doctor", "wrapper/torchmpi/doctor/container.py",
+           'virtual = any(best == v or best.startswith(v + "/") for v in _VIRTUAL)',
+           "virtual = best.startswith(_VIRTUAL)",
+           ("tests/test_doctor_container.py", "tests/test_doctor.py")),
     # --- lock and off-site ---------------------------------------------------------
     Mutant("lock/offsite", "wrapper/torchmpi/lock.py", "            elif node.name != wanted:",
            "            elif False:", ("tests/test_concretize_cli.py",)),

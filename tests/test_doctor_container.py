@@ -105,3 +105,13 @@ def test_the_innermost_mount_decides_whatever_the_order_of_mountinfo() -> None:
             mounts=mounts)}
         assert checks["container.libfabric"].status == "PASS", mounts
         assert "from the host" in checks["container.libfabric"].detail
+
+
+def test_a_host_mount_whose_name_starts_like_a_kernel_one_is_the_hosts() -> None:
+    """Only /proc, /sys, /dev and what lies below them are kernel file systems: a
+    host directory bound at /system-libs or /devtools is the host's, not the image's
+    (a prefix test on the string took it for /sys and /dev)."""
+    for point in ("/system-libs", "/devtools", "/processing"):
+        path = f"{point}/lib64/libfabric.so.1"
+        assert dc.origin(path, ["/", "/proc", "/sys", "/dev", point]) == "host", point
+    assert dc.origin("/dev/shm/libx.so", ["/", "/dev", "/dev/shm"]) == "image"

@@ -117,7 +117,8 @@ def origin(path: str, mounts: list[str]) -> str:
         inside = path == point or path.startswith(point.rstrip("/") + "/")
         if inside and len(point) > len(best):
             best = point
-    return "image" if best == "/" or best.startswith(_VIRTUAL) else "host"
+    virtual = any(best == v or best.startswith(v + "/") for v in _VIRTUAL)
+    return "image" if best == "/" or virtual else "host"
 
 
 def container_checks(env: Mapping[str, str], slingshot: bool, cray_site: bool,
