@@ -66,6 +66,7 @@ RUNTIME = ("tests/test_blind_spots.py", "tests/test_runtime.py")
 RENDER = ("tests/test_blind_spots.py", "tests/test_render.py", "tests/test_sites.py")
 PATCH = ("tests/test_cuda_aware_patch.py",)
 PKG = ("tests/test_package_methods.py", "tests/test_packages.py")
+LOCKTESTS = ("tests/test_concretize_cli.py", "tests/test_blind_spots.py")
 
 MUTANTS: tuple[Mutant, ...] = (
     # --- site: loader, file reader, auto keys ------------------------------------
@@ -361,6 +362,30 @@ MUTANTS: tuple[Mutant, ...] = (
            '[str(executable), "-dumpfullversion", "-dumpversion"]',
            '[str(executable), "-dumpversion"]',
            ("tests/test_concretize_cli.py", "tests/test_blind_spots.py")),
+    Mutant("lock/offsite", "wrapper/torchmpi/lock.py",
+           'for n in self.nodes.values() for _, h, v in n.deps if "mpi" in v}',
+           'for n in self.nodes.values() for _, h, v in n.deps if v}', LOCKTESTS),
+    Mutant("lock/offsite", "wrapper/torchmpi/lock.py",
+           'return head.rsplit(".", 1)[-1]', 'return head.rsplit(".", 1)[0]', LOCKTESTS),
+    Mutant("lock/offsite", "wrapper/torchmpi/lock.py",
+           "        return [n for n in self.nodes.values() if not n.external]",
+           "        return list(self.nodes.values())", LOCKTESTS),
+    Mutant("lock/offsite", "wrapper/torchmpi/lock.py",
+           '            if isinstance(target, dict):\n'
+           '                target = target.get("name")\n',
+           "", LOCKTESTS),
+    Mutant("lock/offsite", "wrapper/torchmpi/offsite.py",
+           "return bool(evidence(data)) and not missing(data)", "return not missing(data)",
+           LOCKTESTS),
+    Mutant("lock/offsite", "wrapper/torchmpi/offsite.py",
+           "if any(h in compilers and _LANGUAGES & set(v) for _, h, v in node.deps)",
+           "if any(h in compilers for _, h, v in node.deps)", LOCKTESTS),
+    Mutant("lock/offsite", "wrapper/torchmpi/offsite.py",
+           'if data.get("os") and oses != [data["os"]]:',
+           'if data.get("os") and data["os"] not in oses:', LOCKTESTS),
+    Mutant("lock/offsite", "wrapper/torchmpi/offsite.py",
+           "elif site_libc and libcs != [site_libc]:",
+           "elif site_libc and site_libc not in libcs:", LOCKTESTS),
     # --- the patcher (digest updated: only behaviour may kill it) -----------------------
     Mutant("patcher", PATCHER, '    return "MPIX_GPU_SUPPORT_CUDA" in body or "MPICH" in body '
            "or MARKER in source", '    return MARKER in source', PATCH),

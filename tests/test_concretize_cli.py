@@ -325,3 +325,50 @@ def test_offsite_libc_line_names_none_when_nothing_is_built(tmp_path: Path) -> N
     data = {"libc": "glibc@2.31", "mpi": {"prefix": str(tmp_path / "absent")}}
     lines = offsite.differences(data, Lock(path))
     assert "libc: the lock has none; the site has glibc@2.31" in lines, lines
+
+
+def test_only_an_mpi_edge_makes_an_mpi(tmp_path: Path) -> None:
+    """The summary's MPI is what a dependent uses *as* ``mpi``: the compiler a node
+    is built with (virtuals c, cxx) is not one."""
+    lock = _compiled_lock(tmp_path, runtimes=True)
+    assert lock.mpi() == []
+    assert lock.summary()["mpi"] == "-"
+
+
+def test_gcc_runtimes_own_build_edge_to_gcc_is_not_a_missing_runtime(tmp_path: Path) -> None:
+    """In a real Spack 1.1 lock gcc-runtime depends on gcc with deptypes build and
+    no virtuals (it is *made from* gcc, not compiled by it); only the edges of a
+    language (c, cxx, fortran) make a node compiled by the site's compiler, so a
+    site-shaped lock gets no 'compiler runtime' line."""
+    lock = _compiled_lock(tmp_path, runtimes=True)
+    path = tmp_path / "real-shape.lock"
+    data = json.loads(lock.path.read_text())
+    data["concrete_specs"]["gr"]["dependencies"] = [
+        {"name": "gcc", "hash": "g", "parameters": {"deptypes": ["build"], "virtuals": []}}]
+    path.write_text(json.dumps(data))
+    site = {"os": "sles15", "libc": "glibc@2.31", "compilers": [{
+        "spec": "gcc@12.2.0", "prefix": "/opt/cray/pe/gcc/12.2.0/snos",
+        "languages": {"c": "/opt/cray/pe/gcc/12.2.0/snos/bin/gcc"}}]}
+    lines = offsite.differences(site, Lock(path))
+    assert not [line for line in lines if line.startswith("compiler runtime:")], lines
+
+
+def test_a_lock_on_two_oses_or_two_libcs_is_not_the_sites(tmp_path: Path) -> None:
+    """Built nodes on this host's OS beside the site's, or a second libc beside the
+    site's, are nodes the site would not build: the preview names both."""
+    lock = _compiled_lock(tmp_path, runtimes=True)
+    data = json.loads(lock.path.read_text())
+    specs = data["concrete_specs"]
+    specs["gr"]["arch"]["platform_os"] = "debian12"
+    specs["l2"] = {"name": "glibc", "version": "2.36", "arch": {"platform_os": "debian12"},
+                   "external": {"path": "/usr"}}
+    specs["gr"]["dependencies"] = [{"name": "glibc", "hash": "l2",
+                                    "parameters": {"virtuals": ["libc"]}}]
+    path = tmp_path / "mixed.lock"
+    path.write_text(json.dumps(data))
+    site = {"os": "sles15", "libc": "glibc@2.31",
+            "mpi": {"kind": "cray-mpich", "prefix": str(tmp_path / "absent")}}
+    lines = offsite.differences(site, Lock(path))
+    assert "os: the lock says debian12, sles15; the site's nodes run sles15" in lines, lines
+    assert ("libc: the lock has glibc@2.31, glibc@2.36; the site has glibc@2.31"
+            in lines), lines
