@@ -84,6 +84,20 @@ def test_external_with_a_requirement_keeps_both(tmp_path: Path) -> None:
         {"spec": "py-networkx@3.5 ~default", "prefix": "/usr"}]}]
 
 
+def test_an_external_stated_unbuildable_stays_unbuildable(tmp_path: Path) -> None:
+    """`buildable` under `externals:` (docs/sites.md: default true) reaches
+    packages.yaml: a site that must use its own cmake says `buildable: false`,
+    and Spack may then not build another; an entry without it stays buildable."""
+    def edit(d):
+        d.setdefault("externals", []).extend([
+            {"spec": "cmake@3.26.3", "prefix": "/usr", "buildable": False},
+            {"spec": "ninja@1.11.1", "prefix": "/usr"}])
+
+    _, data = spackenv.packages_yaml(sitemod.load(str(_copy(tmp_path, "perlmutter", edit))))
+    assert data["packages"]["cmake:"]["buildable"] is False
+    assert data["packages"]["ninja:"]["buildable"] is True
+
+
 def test_sites_is_the_only_list_of_sites() -> None:
     """A committed environment exists exactly for the non-detected site files
     (environments/local, rendered per host by `make demo`, is git-ignored)."""
