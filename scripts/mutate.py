@@ -369,10 +369,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "if not os.path.normpath(path).startswith(root)",
            ("tests/test_doctor_origin.py", "tests/test_doctor.py")),
     Mutant("dist/doctor", "wrapper/torchmpi/doctor/container.py",
-           "        if inside and len(point) > len(best):", "        if inside:",
+           "        if _under(path, point) and len(point) > len(best):",
+           "        if _under(path, point):",
            ("tests/test_doctor_container.py", "tests/test_doctor.py")),
     Mutant("dist/doctor", "wrapper/torchmpi/doctor/container.py",
-           'virtual = any(best == v or best.startswith(v + "/") for v in _VIRTUAL)',
+           "virtual = any(_under(best, top) for top in _VIRTUAL)",
            "virtual = best.startswith(_VIRTUAL)",
            ("tests/test_doctor_container.py", "tests/test_doctor.py")),
     # --- lock and off-site ---------------------------------------------------------

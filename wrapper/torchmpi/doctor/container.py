@@ -114,11 +114,15 @@ def origin(path: str, mounts: list[str]) -> str:
     """
     best = "/"
     for point in mounts:
-        inside = path == point or path.startswith(point.rstrip("/") + "/")
-        if inside and len(point) > len(best):
+        if _under(path, point) and len(point) > len(best):
             best = point
-    virtual = any(best == v or best.startswith(v + "/") for v in _VIRTUAL)
+    virtual = any(_under(best, top) for top in _VIRTUAL)
     return "image" if best == "/" or virtual else "host"
+
+
+def _under(path: str, top: str) -> bool:
+    """``path`` is ``top`` or lies below it, by whole components (/sys is not /system-libs)."""
+    return path == top or path.startswith(top.rstrip("/") + "/")
 
 
 def container_checks(env: Mapping[str, str], slingshot: bool, cray_site: bool,
