@@ -190,7 +190,8 @@ def plan(site: Site) -> Plan:
                         " mpi.prefix, which the site file does not give")
     if fabric == "slingshot" and not site.gpu:
         raise UserError(f"{where}: fabric slingshot needs a GPU site (the NCCL plugin)")
-    added = [op for op in runtime.PATH_OPS if (d.get("runtime") or {}).get(op)]
+    values = runtime.resolve(d)
+    added = [op for op in runtime.PATH_OPS if getattr(values, op)]
     if rt == "shifter" and added:
         # shifter_setupenv puts the image's ENV over the job's environment
         # (NERSC/shifter src/shifter_core.c), so a directory added on the host to a
