@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -57,11 +58,25 @@ def wheels(tmp_path_factory) -> Path:
     return directory
 
 
+#: An empty folder for pip's global and user configuration (created once, never written).
+NO_HOST_PIP_CONFIG = Path(tempfile.mkdtemp(prefix="torchmpi-no-pip-config-"))
+
+
 def site_env() -> dict[str, str]:
-    """A job after `module load`: the site's torch on PYTHONPATH, no pip settings of ours."""
+    """A job after `module load`: the site's torch on PYTHONPATH, no pip settings of ours.
+
+    Nor the host's: pip reads a global file from every ``$XDG_CONFIG_DIRS/pip/pip.conf``
+    (default ``/etc/xdg``) and a user file from ``$XDG_CONFIG_HOME/pip/pip.conf``, so a
+    machine whose ``/etc/xdg/pip/pip.conf`` sets ``constraint`` (``torch<=2.14.1`` on the
+    build hosts of this project) would refuse the control's torch 2.99.0 for a reason that
+    has nothing to do with torchmpi.  The venv's own ``pip.conf`` (pip's "site" file) is
+    still read: that is the wiring under test.
+    """
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PIP_", "VIRTUAL_ENV", "PYTHON"))}
     env["PYTHONPATH"] = SITE_PACKAGES
+    env["XDG_CONFIG_DIRS"] = str(NO_HOST_PIP_CONFIG)
+    env["XDG_CONFIG_HOME"] = str(NO_HOST_PIP_CONFIG)
     return env
 
 
