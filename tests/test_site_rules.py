@@ -168,3 +168,40 @@ def test_docs_cross_cpu_compiler_example_validates(tmp_path: Path) -> None:
     example = yaml.safe_load(block.group(1))["compilers"]
     site = edited_site(tmp_path, "alps-gh200", lambda d: d.update(compilers=example))
     assert site.data["compilers"][0]["target"] == site.data["target"]
+
+
+#: A gcc Spack built at its standard install path: the built-by compiler's
+#: directory, then ``<name>-<version>-<hash>`` (Spack's default projection
+#: ``{architecture}/{compiler.name}-{compiler.version}/{name}-{version}-{hash}``,
+#: spack/spack lib/spack/spack/directory_layout.py).
+SPACK_GCC = ("/opt/spack/opt/spack/linux-rocky8-x86_64_v3/gcc-8.5.0/"
+             "gcc-11.4.0-kqf4g7mo2fifpuwgxr5oyuzbbqkyxpzy")
+
+
+def spack_built_gcc(version: str = "11.4.0", prefix: str = SPACK_GCC):
+    def edit(d: dict) -> None:
+        d["compilers"][0].update(spec=f"gcc@{version}", prefix=prefix, languages={
+            lang: f"{prefix}/bin/{exe}"
+            for lang, exe in (("c", "gcc"), ("cxx", "g++"), ("fortran", "gfortran"))})
+    return edit
+
+
+def test_compiler_spack_built_takes_the_innermost_name_version_hash(tmp_path: Path) -> None:
+    """`.../gcc-8.5.0/gcc-11.4.0-<hash>` is a gcc 11.4.0 built by gcc 8.5.0, not a gcc 8.5.0."""
+    site = edited_site(tmp_path, "generic-ib", spack_built_gcc())
+    assert site.data["compilers"][0]["spec"] == "gcc@11.4.0"
+    line, text = refused(tmp_path, "generic-ib", spack_built_gcc("8.5.0"), "compilers[0].spec")
+    assert "a gcc 11.4.0" in line and "spec: gcc@8.5.0" in text
+
+
+def test_compiler_path_check_override(tmp_path: Path) -> None:
+    """A path whose gcc version is not the compiler's (a layout the rule misreads) passes
+    with ``path_version: false``; without it, the contradiction is refused."""
+    odd = "/apps/gcc/12.2.0/built-with/gcc/7.5.0"
+    refused(tmp_path, "generic-ib", spack_built_gcc("12.2.0", odd), "compilers[0].spec")
+
+    def edit(d: dict) -> None:
+        spack_built_gcc("12.2.0", odd)(d)
+        d["compilers"][0]["path_version"] = False
+    site = edited_site(tmp_path, "generic-ib", edit)
+    assert site.data["compilers"][0]["path_version"] is False

@@ -10,7 +10,9 @@ errors.  Every rule here was a solve or a build that failed late:
   found" in the py-torch build), one the site's CUDA cannot compile for, or one
   that is not the GPU model's;
 * a compiler version that the compiler's own paths contradict (typically
-  taken from a module name such as ``gcc-native/12.3``);
+  taken from a module name such as ``gcc-native/12.3``; in a Spack install
+  tree only the innermost ``<name>-<version>-<hash>`` counts, and
+  ``path_version: false`` turns the rule off for a layout it misreads);
 * a compiler ``target`` other than the site's (``aarch64`` for a
   ``neoverse_v2`` site: "Version requirement ... on c for gcc cannot match any
   known version", since every package, the compiler included, must have the
@@ -160,6 +162,28 @@ def _libfabric(data: dict[str, Any]) -> list[Problem]:
 _PATH_VERSION = re.compile(r"gcc[-/@](\d+(?:\.\d+){0,2})(?![\d.]*\d)")
 
 
+#: A path component Spack's default install layout gives a package:
+#: ``<name>-<version>-<hash>`` (``{name}-{version}-{hash}`` in
+#: spack/spack lib/spack/spack/directory_layout.py; the hash is base32,
+#: possibly shortened by a projection such as ``{hash:7}``).
+_SPACK_DIR = re.compile(r"[a-z0-9][a-z0-9_-]*?-\d[\w.]*-[a-z0-9]{7,32}")
+
+
+def _own_part(place: str) -> str:
+    """The part of ``place`` that can name its own compiler's version.
+
+    In a Spack install tree a gcc lives at ``.../gcc-8.5.0/gcc-11.4.0-<hash>``:
+    the directory before the innermost ``<name>-<version>-<hash>`` names the
+    compiler that built it, not this one, so only that component and what
+    follows it are read.
+    """
+    parts = place.split("/")
+    for i in range(len(parts) - 1, -1, -1):
+        if _SPACK_DIR.fullmatch(parts[i]):
+            return "/".join(parts[i:])
+    return place
+
+
 def _compilers(data: dict[str, Any]) -> list[Problem]:
     out: list[Problem] = []
     comps = data.get("compilers")
@@ -170,8 +194,10 @@ def _compilers(data: dict[str, Any]) -> list[Problem]:
         spec = str(comp.get("spec", ""))
         version = spec.partition("@")[2]
         places = [comp.get("prefix") or ""] + list((comp.get("languages") or {}).values())
+        if comp.get("path_version") is False:  # the site says its paths mislead the rule
+            places = []
         for place in places:
-            for seen in _PATH_VERSION.findall(str(place)):
+            for seen in _PATH_VERSION.findall(_own_part(str(place))):
                 if _vtuple(version)[:len(_vtuple(seen))] == _vtuple(seen):
                     continue
                 taken = [m for m in comp.get("modules") or []
