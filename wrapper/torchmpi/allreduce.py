@@ -176,10 +176,67 @@ def _reduce_time(seconds: float, how: str, world: int, device: str,
     return float(value.item()) / (world if how == "avg" else 1)
 
 
+#: How the timed iterations run: as issued (nccl-tests' default), each waited for
+#: (``-z 1``), or captured in a CUDA graph and replayed (``-G N``).
+MODES = ("eager", "blocking", "graph")
+
+
+def cuda_graph_capture(body: Callable[[], None]) -> Callable[[], None]:
+    """Capture ``body``'s CUDA work in a graph and return its replay.
+
+    Replaying issues every captured NCCL kernel with one launch, so the time per
+    operation is the GPU's and the network's, not the host's cost of calling
+    ``dist.all_reduce`` (14-21 us per call on an H200 where the graph takes ~1 us).
+    Thread-local capture, as nccl-tests uses, so NCCL's and PyTorch's other threads
+    (the watchdog) may keep calling CUDA while this one captures.
+    """
+    import torch
+
+    graph = torch.cuda.CUDAGraph()
+    try:
+        context = torch.cuda.graph(graph, capture_error_mode="thread_local")
+    except TypeError:  # torch < 2.1 has no capture_error_mode
+        context = torch.cuda.graph(graph)
+    with context:
+        body()
+    return graph.replay
+
+
+def call_floor(device: str, calls: int = 100, time_op: str = "avg",
+               ready: Callable[[], None] | None = None) -> float:
+    """Host seconds of one ``dist.all_reduce`` call on one element (collective).
+
+    The floor under every eager row: a size whose time is near it measures the
+    call (Python, the dispatcher, the backend's bookkeeping), not the network.
+    The device is waited for before and after the timed calls, not between them;
+    a one-element reduction gives the GPU almost nothing to do.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if ready is None:
+        ready = stream_wait(device, str(dist.get_backend()))
+    finish = clock_wait(device)
+    tiny = torch.zeros(1, dtype=torch.float32, device=device)
+    ready()
+    dist.all_reduce(tiny)  # the first call may set up the communicator
+    finish()
+    start = time.perf_counter()
+    for _ in range(calls):
+        ready()
+        dist.all_reduce(tiny)
+    seconds = (time.perf_counter() - start) / calls
+    finish()
+    return _reduce_time(seconds, time_op, dist.get_world_size(), device, ready)
+
+
 def run_sizes(sizes: list[int], *, device: str, dtype_name: str = "float32",
               warmup: int = 5, iters: int = 20, time_op: str = "avg",
               on_result: Callable[[Result], None] | None = None,
-              ready: Callable[[], None] | None = None) -> list[Result]:
+              ready: Callable[[], None] | None = None, mode: str = "eager",
+              replays: int = 1,
+              capture: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
+              ) -> list[Result]:
     """Verify and time ``all_reduce`` for each size on the initialised default group.
 
     ``on_result`` is called as each size completes (nccl-tests prints a row at a
@@ -187,16 +244,25 @@ def run_sizes(sizes: list[int], *, device: str, dtype_name: str = "float32",
     collective (default :func:`stream_wait` for this device and backend), the
     timed ones included: a correct MPI+CUDA training step pays that wait too.
     :func:`clock_wait` runs before the clock is read.
+
+    ``mode`` (:data:`MODES`) is how the timed iterations run, as in nccl-tests'
+    ``BenchTime``: ``blocking`` waits for the device after each (``-z 1``);
+    ``graph`` captures them with ``capture`` (default :func:`cuda_graph_capture`)
+    outside the clock, replays once untimed, then times ``replays`` replays
+    (``-G replays``), the time per operation being elapsed / (iters * replays).
     """
     import torch
     import torch.distributed as dist
 
+    if mode not in MODES:
+        raise ValueError(f"unknown timing mode {mode!r} (use {', '.join(MODES)})")
     dtype = getattr(torch, dtype_name)
     elem = torch.tensor([], dtype=dtype).element_size()
     rank, world = dist.get_rank(), dist.get_world_size()
     if ready is None:
         ready = stream_wait(device, str(dist.get_backend()))
     finish = clock_wait(device)
+    capture = capture or cuda_graph_capture
     results = []
     for size in sizes:
         count = max(1, size // elem)
@@ -216,15 +282,9 @@ def run_sizes(sizes: list[int], *, device: str, dtype_name: str = "float32",
             ready()
             dist.all_reduce(buf)
         finish()
-        ready()
-        dist.barrier()
-        start = time.perf_counter()
-        for _ in range(iters):
-            ready()
-            dist.all_reduce(buf)
-        finish()
-        seconds = _reduce_time((time.perf_counter() - start) / iters, time_op, world, device,
-                               ready)
+        seconds = _timed(buf, iters=iters, mode=mode, replays=replays, ready=ready,
+                         finish=finish, capture=capture)
+        seconds = _reduce_time(seconds, time_op, world, device, ready)
         algbw = nbytes / seconds / 1e9 if seconds > 0 else 0.0
         result = Result(nbytes, count, dtype_name, seconds * 1e6, algbw,
                         bus_bandwidth(algbw, world), int(wrong.item()))
@@ -232,6 +292,38 @@ def run_sizes(sizes: list[int], *, device: str, dtype_name: str = "float32",
         if on_result is not None:
             on_result(result)
     return results
+
+
+def _timed(buf, *, iters: int, mode: str, replays: int, ready: Callable[[], None],
+           finish: Callable[[], None],
+           capture: Callable[[Callable[[], None]], Callable[[], None]]) -> float:
+    """Seconds per timed all-reduce of ``buf`` on this rank, the way ``mode`` says."""
+    import torch.distributed as dist
+
+    def body() -> None:
+        for _ in range(iters):
+            ready()
+            dist.all_reduce(buf)
+
+    launches = 1
+    if mode == "graph":
+        replay = capture(body)
+        replay()  # untimed: the first launch uploads the graph
+        finish()
+        body, launches = replay, replays
+    ready()
+    dist.barrier()
+    start = time.perf_counter()
+    if mode == "blocking":
+        for _ in range(iters):
+            ready()
+            dist.all_reduce(buf)
+            finish()
+    else:
+        for _ in range(launches):
+            body()
+        finish()
+    return (time.perf_counter() - start) / (iters * launches)
 
 
 def rank_map(launcher: str, device: str) -> list[dict]:
@@ -248,26 +340,58 @@ def rank_map(launcher: str, device: str) -> list[dict]:
     return everyone
 
 
+#: What each timing mode's header line says.
+_MODE_TEXT = {
+    "eager": "eager (each dist.all_reduce issued as the loop reaches it)",
+    "blocking": "blocking (the host waits for each collective to finish, as nccl-tests -z 1)",
+    "graph": ("graph (timed iterations captured in a CUDA graph, replayed {replays} times, "
+              "as nccl-tests -G {replays})"),
+}
+
+
 def format_header(world_size: int, backend: str, device: str, launcher: str, *,
-                  warmup: int, iters: int, time_op: str, ranks: list[dict]) -> str:
-    """nccl-tests' preamble: the run's parameters, then one line per rank, then the columns."""
+                  warmup: int, iters: int, time_op: str, ranks: list[dict],
+                  mode: str = "eager", replays: int = 1, floor_us: float | None = None) -> str:
+    """nccl-tests' preamble: the run's parameters, then one line per rank, then the columns.
+
+    The per-call floor is printed because an eager time near it measures the
+    ``dist.all_reduce`` call, not the network: that is what ``--graph`` removes.
+    """
     launched = f" launcher={launcher}" if launcher else ""
     lines = [
         f"# torchmpi allreduce: backend={backend} device={device} ranks={world_size}{launched}",
         f"# warmup iters: {warmup}, timed iters: {iters}, time: {time_op} over ranks",
+        f"# timing: {_MODE_TEXT[mode].format(replays=replays)}",
     ]
+    if floor_us is not None:
+        hint = ""
+        if mode != "graph" and backend == "nccl" and device == "cuda":
+            hint = "; --graph removes it"
+        lines.append(f"# per-call floor: {floor_us:.2f} us (host time of one dist.all_reduce "
+                     f"call on one element: eager times near it measure the call, not the "
+                     f"network{hint})")
     lines += [f"#  Rank {r['rank']:>3} on {r['host']} device {r['device']}" for r in ranks]
     if world_size == 1:
-        lines.append("# WARNING: one rank: nothing crosses a link, busbw is 0 "
-                     "(run with 2 or more ranks to measure the network)")
+        lines.append("# WARNING: one rank: nothing crosses a link, busbw is 0 and algbw is "
+                     "bytes/time as nccl-tests prints it (run with 2 or more ranks to "
+                     "measure the network)")
     lines.append(
         f"#{'size':>12} {'count':>12} {'type':>8} {'redop':>6} {'time(us)':>10} "
         f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'check':>6}")
     return "\n".join(lines)
 
 
+def format_time(time_us: float) -> str:
+    """nccl-tests' precision: none from 10 ms, one decimal from 100 us, else two."""
+    if time_us >= 10000.0:
+        return f"{time_us:.0f}"
+    if time_us >= 100.0:
+        return f"{time_us:.1f}"
+    return f"{time_us:.2f}"
+
+
 def format_row(r: Result) -> str:
-    return (f" {r.bytes:>12} {r.count:>12} {r.dtype:>8} {'sum':>6} {r.time_us:>10.2f} "
+    return (f" {r.bytes:>12} {r.count:>12} {r.dtype:>8} {'sum':>6} {format_time(r.time_us):>10} "
             f"{r.algbw_gbs:>12.3f} {r.busbw_gbs:>12.3f} {'OK' if r.errors == 0 else 'FAIL':>6}")
 
 

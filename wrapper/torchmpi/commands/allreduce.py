@@ -17,6 +17,7 @@ examples:
   mpirun -n 2 torchmpi allreduce --backend gloo                 # CPU, any machine
   srun -N 2 --ntasks-per-node 4 torchmpi allreduce --backend nccl --max-bytes 1G
   mpiexec -n 8 --ppn 4 torchmpi allreduce --backend mpi --device cuda --csv ar.csv
+  torchrun --nproc-per-node 4 --no-python torchmpi allreduce --backend nccl --graph 20
 """
 
 
@@ -28,7 +29,10 @@ def register(subparsers) -> None:
             "Run under mpiexec/mpirun, srun or torchrun.  Verifies the all-reduce result "
             "on every rank, then times it and prints a row per size as it completes, as "
             "nccl-tests does: time averaged over ranks, algbw = bytes/time, "
-            "busbw = algbw * 2(n-1)/n, and a closing 'Avg bus bandwidth' line.  Exit "
+            "busbw = algbw * 2(n-1)/n, and a closing 'Avg bus bandwidth' line.  The "
+            "header gives the per-call floor, the host time of one dist.all_reduce call: "
+            "eager times near it measure the call, not the network; --graph (NCCL) "
+            "replays the timed iterations from a CUDA graph to go below it.  Exit "
             "status 1 if any result is wrong or the average busbw is below 90% of "
             "--min-busbw (nccl-tests' NCCL_TESTS_MIN_BW), 2 on bad input."
         ),
@@ -56,6 +60,15 @@ def register(subparsers) -> None:
     parser.add_argument("--average", "-a", choices=("avg", "max", "min", "rank0"),
                         default="avg",
                         help="how ranks' times combine, as nccl-tests' -a (default: avg)")
+    timing = parser.add_mutually_exclusive_group()
+    timing.add_argument("--blocking", "-z", action="store_true", default=False,
+                        help="wait for each timed collective to finish before the next, as "
+                             "nccl-tests -z 1")
+    timing.add_argument("--graph", "-G", type=int, nargs="?", const=1, default=None,
+                        metavar="N",
+                        help="capture the timed iterations in a CUDA graph and replay it N "
+                             "times (default 1 when given), as nccl-tests -G N; needs "
+                             "--backend nccl and CUDA tensors (default: eager, no graph)")
     parser.add_argument("--csv", type=Path, metavar="FILE", default=None,
                         help="also write the results as CSV, from rank 0 (default: none)")
     parser.add_argument("--min-busbw", "-m", metavar="GB/S", default=None,
@@ -109,6 +122,13 @@ def check_args(args: argparse.Namespace) -> list[int]:
         raise UserError(f"--iters {args.iters}: must be at least 1")
     if args.warmup < 0:
         raise UserError(f"--warmup {args.warmup}: must be 0 or more")
+    if args.graph is not None and args.graph < 1:
+        raise UserError(f"--graph {args.graph}: must be at least 1 (the number of replays)")
+    device = args.device or ("cuda" if args.backend == "nccl" else "cpu")
+    if args.graph is not None and (args.backend != "nccl" or device != "cuda"):
+        raise UserError(f"--graph needs --backend nccl with CUDA tensors (got --backend "
+                        f"{args.backend} --device {device}): only NCCL's collectives are "
+                        "CUDA kernels a graph can capture; gloo and MPI run on the host")
     if args.csv is not None:
         try:
             check_writable(args.csv)
@@ -133,10 +153,14 @@ def run(args: argparse.Namespace) -> int:
         world = dist.get_world_size()
         ranks = ar.rank_map(launch.launcher, device)
         lead = launch.rank == 0
+        mode = "graph" if args.graph else "blocking" if args.blocking else "eager"
+        replays = args.graph or 1
+        floor_us = ar.call_floor(device, time_op=args.average) * 1e6
         if lead and not args.json:
             print(ar.format_header(world, args.backend, device, launch.launcher,
                                    warmup=args.warmup, iters=args.iters,
-                                   time_op=args.average, ranks=ranks), flush=True)
+                                   time_op=args.average, ranks=ranks, mode=mode,
+                                   replays=replays, floor_us=floor_us), flush=True)
 
         def show(result: ar.Result) -> None:
             if lead and not args.json:
@@ -144,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
 
         results = ar.run_sizes(sizes, device=device, dtype_name=args.dtype,
                                warmup=args.warmup, iters=args.iters, time_op=args.average,
-                               on_result=show)
+                               on_result=show, mode=mode, replays=replays)
     except (RuntimeError, ValueError) as err:
         hint = ar.explain(err)
         if hint is None:
@@ -154,7 +178,8 @@ def run(args: argparse.Namespace) -> int:
     if lead:
         meta = {"backend": args.backend, "device": device, "ranks": world,
                 "launcher": launch.launcher, "warmup": args.warmup, "iters": args.iters,
-                "average": args.average}
+                "average": args.average, "mode": mode, "replays": replays,
+                "floor_us": floor_us}
         if args.json:
             print(ar.to_json(results, {**meta, "rank_map": ranks}, args.min_busbw_gbs),
                   flush=True)
