@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -79,10 +81,32 @@ def _package(tmp: Path, libtorch: Path, gtl: Path | None, **record) -> Path:
     return tmp / "site"
 
 
+def _recorded(node: cray_ex.Node) -> dict:
+    """What the package records at install (``gtl_preload.build_needs``): this host's
+    g++ runtime and the node's CUDA (the build's cuda prefix)."""
+    cuda = node.path("libcudart").parent.parent
+    return {"needs": tuple(_module().build_needs(shutil.which("g++"), str(cuda)))}
+
+
+def _mpi4py(tmp: Path, libmpi4py: Path, gtl: Path | None, **record) -> Path:
+    """A stand-in ``mpi4py``: ``from mpi4py import MPI`` loads an extension that
+    NEEDs libmpi.so.12 and calls MPI_Init, as mpi4py does by default (``rc.initialize``)."""
+    pkg = tmp / "site" / "mpi4py"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text('"""stand-in mpi4py"""\n')
+    (pkg / "MPI.py").write_text(
+        "import ctypes, sys\n"
+        f"_C = ctypes.CDLL({str(libmpi4py)!r}, mode=sys.getdlopenflags())\n"
+        "if _C.torch_mpi_init():\n    raise SystemExit('MPI_Init failed')\n")
+    if gtl is not None:
+        _module().add_to_package(str(pkg), "mpi4py", str(gtl), **record)
+    return tmp / "site"
+
+
 def _run(site: Path, node: cray_ex.Node, gpu_switch: str,
-         modules: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+         modules: tuple[str, ...] = (), code: str = "") -> subprocess.CompletedProcess:
     env = node.env(modules=modules, PYTHONPATH=str(site), MPICH_GPU_SUPPORT_ENABLED=gpu_switch)
-    code = "import sys, torch\nprint('imported')\nsys.exit(torch.init())\n"
+    code = code or "import sys, torch\nprint('imported')\nsys.exit(torch.init())\n"
     return subprocess.run([sys.executable, "-c", code], check=False, env=env,
                           capture_output=True, text=True, timeout=60)
 
@@ -124,7 +148,7 @@ def test_without_a_driver_torch_imports_and_mpi_init_says_why(nodes, tmp_path, f
     with GPU support off and refuses it, as Cray MPICH does, when asked."""
     node = nodes["login"]
     site = _package(tmp_path, node.root / "torchmpi-test/torch/libtorch.so",
-                    node.path(f"gtl-{form}"))
+                    node.path(f"gtl-{form}"), **_recorded(node))
     off = _run(site, node, gpu_switch="0")
     assert off.returncode == 0 and "imported" in off.stdout, off.stderr
     on = _run(site, node, gpu_switch="1")
@@ -146,6 +170,73 @@ def test_with_a_driver_mpi_init_finds_gtl(nodes, tmp_path) -> None:
     plain = _run(_package(tmp_path / "plain", libtorch, gtl=None), node, gpu_switch="1",
                  modules=("cudatoolkit",))
     assert plain.returncode == 1 and "GTL library is not linked" in plain.stderr
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_each_gtl_form_loads_on_a_gpu_node(nodes, tmp_path, form) -> None:
+    """GPU node, no cudatoolkit module loaded: with what the build recorded (its
+    libstdc++ and libcudart), every recorded GTL form loads before libmpi, so
+    ``import torch`` works and MPI_Init with MPICH_GPU_SUPPORT_ENABLED=1 finds GTL
+    (issue 28: 8.1.21's form was refused, "undefined symbol: _ZNSt13runtime_errorD1Ev")."""
+    node = nodes["gpu"]
+    site = _package(tmp_path, node.root / "torchmpi-test/torch/libtorch.so",
+                    node.path(f"gtl-{form}"), **_recorded(node))
+    proc = _run(site, node, gpu_switch="1")
+    assert proc.returncode == 0 and "imported" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_mpi4py_first_finds_gtl_on_a_gpu_node_and_imports_without_a_driver(
+        nodes, tmp_path, form) -> None:
+    """``from mpi4py import MPI`` (MPI_Init at import) with each GTL form: GTL found on
+    a GPU node; on a driverless node the import works with GPU support off and
+    MPI_Init says GTL is missing when it is asked for."""
+    code = "from mpi4py import MPI\nprint('imported')\n"
+    for kind, switch, ok in (("gpu", "1", True), ("login", "0", True), ("login", "1", False)):
+        node = nodes[kind]
+        site = _mpi4py(tmp_path / kind / switch, node.root / "torchmpi-test/torch/libtorch.so",
+                       node.path(f"gtl-{form}"), **_recorded(node))
+        proc = _run(site, node, gpu_switch=switch, code=code)
+        if ok:
+            assert proc.returncode == 0 and "imported" in proc.stdout, (kind, proc.stderr)
+        else:
+            assert "GTL library is not linked" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_gtl_that_cannot_load_names_the_symbol_and_its_library(nodes, tmp_path, form) -> None:
+    """The recorded runtime removed since the build: the import error names the
+    undefined symbol and the library that provides it (cudatoolkit loaded, so
+    8.1.21's NEEDED cudart is found), or the NEEDED library not found (8.1.30
+    without the module), and does not blame a missing cray-mpich."""
+    node = nodes["gpu"]
+    site = _package(tmp_path, node.root / "torchmpi-test/torch/libtorch.so",
+                    node.path(f"gtl-{form}"), needs=("/gone/libstdc++.so.6",))
+    modules = () if form == "8.1.30" else ("cudatoolkit",)
+    proc = _run(site, node, gpu_switch="1", modules=modules)
+    assert proc.returncode != 0 and "imported" not in proc.stdout
+    assert "/gone/libstdc++.so.6 did not load" in proc.stderr
+    assert "still installed" not in proc.stderr
+    if form == "8.1.30":
+        assert "GTL NEEDs libcudart.so.12, which is not on this node's library path" in (
+            proc.stderr), proc.stderr
+        return
+    said = re.search(r"GTL calls (\S+), which (.+?) provides", proc.stderr)
+    assert said, proc.stderr
+    symbol, library = said.groups()
+    want = {"_Z": "libstdc++", "__gxx": "libstdc++", "cuda": "libcudart", "cu": "libcuda.so.1"}
+    assert library.startswith(next(v for k, v in want.items() if symbol.startswith(k))), said
+
+
+def test_build_needs_records_the_runtimes(nodes) -> None:
+    """At install, the C++ runtime of the build's compiler and the CUDA's
+    libcudart.so.<major> (not a link or a full version); the rendered module keeps them."""
+    node = nodes["gpu"]
+    needs = _recorded(node)["needs"]
+    assert len(needs) == 2 and Path(needs[0]).name.startswith("libstdc++.so.6"), needs
+    assert Path(needs[0]).is_file() and needs[1] == str(node.path("libcudart")), needs
+    text = _module().render("/x/libmpi_gtl_cuda.so", needs)
+    assert f"\nNEEDS: tuple = {needs!r}\n" in text
 
 
 def test_a_driver_without_gtl_is_an_import_error(nodes, tmp_path) -> None:

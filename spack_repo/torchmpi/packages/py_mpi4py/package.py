@@ -33,6 +33,11 @@ class PyMpi4py(BuiltinPyMpi4py):
         "that imports mpi4py before torch runs with MPICH_GPU_SUPPORT_ENABLED=1",
     )
 
+    # GTL calls the CUDA runtime without NEEDing it in some releases (cray-mpich
+    # 8.1.27: eth-cscs/stackinator#158): the preload loads this build's libcudart
+    # first (py_torch/gtl_preload.py), so the build has one to record.
+    depends_on("cuda", type="link", when="+cuda_aware_mpi")
+
     @run_after("install")
     def load_gtl_at_import(self):
         """Cray GTL, loaded by ``mpi4py/__init__.py`` before the extension loads libmpi."""

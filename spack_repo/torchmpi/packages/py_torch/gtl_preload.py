@@ -19,58 +19,142 @@ cuda-mpich module) or a link; on a node without a driver nothing is loaded
 and ``MPI_Init`` with ``MPICH_GPU_SUPPORT_ENABLED=1`` says GTL is missing,
 which is true there.
 
-This file is also a template: :func:`render` writes it with the GTL path.
+GTL also calls libraries it does not NEED, depending on the release: the C++
+runtime (cray-mpich 8.1.21, eth-cscs/stackinator#9), the CUDA runtime (8.1.27,
+eth-cscs/stackinator#158), or it NEEDs ``libcudart.so.12`` that no search path
+of a plain job names (8.1.30, spectral-compute/scale-validation#66).  So the
+libraries the build used for those (its ``libstdc++`` and ``libcudart``,
+:func:`build_needs`) are recorded at install in ``NEEDS`` and loaded
+``RTLD_GLOBAL`` between the driver and GTL; a GTL that still does not load is
+an error that names the symbol and the library that provides it.
+
+This file is also a template: :func:`render` writes it with the GTL path and
+the recorded libraries.
 """
 
 import ctypes
+import glob
 import os
+import re
+import subprocess
 
 #: The GTL library of the cray-mpich this package was built with (set at install).
 GTL = "@TORCHMPI_GTL@"
+#: Libraries GTL calls without NEEDing them, or NEEDs from no searched directory:
+#: the build's C++ and CUDA runtimes, loaded before GTL (set at install).
+NEEDS: tuple = ()
 #: The CUDA driver's soname (the NVIDIA driver installs it; the CUDA toolkit does not).
 DRIVER = "libcuda.so.1"
 
+#: Who provides an undefined symbol, by its prefix (first match wins).
+PROVIDERS = (
+    (("_Z", "__gxx_", "__cxa_"), "libstdc++.so.6 (the C++ runtime)"),
+    (("cuda", "__cuda"), "libcudart (the CUDA runtime)"),
+    (("cu",), "libcuda.so.1 (the CUDA driver)"),
+)
 
-def preload(gtl: str = GTL, driver: str = DRIVER):
-    """Load the driver, then GTL, both global; None (nothing loaded) without a driver.
+
+def provider(symbol: str) -> str:
+    """The library that defines ``symbol``, as far as its name tells."""
+    name, _, version = symbol.partition("@")
+    if version:
+        return version
+    for prefixes, library in PROVIDERS:
+        if name.startswith(prefixes):
+            return library
+    return "a library GTL does not NEED"
+
+
+def explain(gtl: str, err: OSError, needs: tuple, failed: list) -> str:
+    """Why GTL did not load, in terms a user can act on: the symbol and who provides
+    it, the library not found, or the file gone (the cray-mpich of the build removed)."""
+    text = str(err)
+    head = f"torchmpi: the CUDA driver is here but Cray's GTL ({gtl}) does not load: {text}"
+    if not os.path.exists(gtl):
+        return (f"{head}; the file is gone: is the cray-mpich this package was built with "
+                "still installed? MPI with MPICH_GPU_SUPPORT_ENABLED=1 needs it")
+    undefined = re.search(r"undefined symbol: (\S+?)(?:, version (\S+))?$", text)
+    missing = re.search(r"(\S+): cannot open shared object file", text)
+    if undefined:
+        symbol = undefined.group(1) + ("@" + undefined.group(2) if undefined.group(2) else "")
+        why = f"GTL calls {undefined.group(1)}, which {provider(symbol)} provides, and neither "
+        why += "GTL's NEEDED entries nor the libraries recorded at build time loaded it"
+    elif missing:
+        why = f"GTL NEEDs {missing.group(1)}, which is not on this node's library path"
+    else:
+        why = "GTL's file is there but the loader refused it"
+    recorded = ", ".join(needs) or "none"
+    gone = "".join(f"; recorded {lib} did not load: {e}" for lib, e in failed)
+    return f"{head}; {why} (recorded at build: {recorded}{gone})"
+
+
+def preload(gtl: str = GTL, driver: str = DRIVER, needs: tuple = NEEDS):
+    """Load the driver, then ``needs``, then GTL, all global; None (nothing loaded)
+    without a driver.
 
     A driver present but GTL not loadable is an error: on that node
     ``MPI_Init`` would abort ("GTL library is not linked") far from the cause.
+    A recorded library that does not load is reported only if GTL then fails.
     """
     mode = os.RTLD_NOW | os.RTLD_GLOBAL
     try:
         ctypes.CDLL(driver, mode=mode)
     except OSError:
         return None
+    failed = []
+    for lib in needs:
+        try:
+            ctypes.CDLL(lib, mode=mode)
+        except OSError as err:
+            failed.append((lib, err))
     try:
         return ctypes.CDLL(gtl, mode=mode)
     except OSError as err:
-        raise ImportError(
-            f"torchmpi: the CUDA driver is here but Cray's GTL ({gtl}) does not load: {err}; "
-            "MPI with MPICH_GPU_SUPPORT_ENABLED=1 needs it (is the cray-mpich of the build "
-            "still installed?)"
-        ) from err
+        raise ImportError(explain(gtl, err, needs, failed)) from err
 
 
-def render(gtl: str) -> str:
-    """This module's text with ``GTL`` set to ``gtl`` and a call to :func:`preload` at the end."""
+def build_needs(cxx: "str | None", cuda_prefix: "str | None") -> list:
+    """What :data:`NEEDS` records at install: the C++ runtime of compiler ``cxx``
+    (``-print-file-name``) and ``libcudart.so.<major>`` of the CUDA at ``cuda_prefix``.
+    Runs at build time only (the installed copy never calls it)."""
+    out = []
+    if cxx:
+        path = subprocess.run([cxx, "-print-file-name=libstdc++.so.6"], check=False,
+                              capture_output=True, text=True).stdout.strip()
+        out.append(os.path.realpath(path) if os.path.isabs(path) else "libstdc++.so.6")
+    if cuda_prefix:
+        found = []
+        for sub in ("lib64", "lib", os.path.join("targets", "*", "lib")):
+            found += sorted(glob.glob(os.path.join(cuda_prefix, sub, "libcudart.so.[0-9]*")))
+        # The soname file (libcudart.so.12), not a full version (libcudart.so.12.4.127).
+        sonames = [f for f in found if re.search(r"libcudart\.so\.\d+$", f)]
+        if sonames or found:
+            out.append((sonames or found)[0])
+    return out
+
+
+def render(gtl: str, needs: tuple = ()) -> str:
+    """This module's text with ``GTL`` set to ``gtl``, ``NEEDS`` to ``needs`` and a call
+    to :func:`preload` at the end."""
     with open(__file__, encoding="utf-8") as stream:
         text = stream.read()
-    return text.replace('"@TORCHMPI' + '_GTL@"', repr(gtl), 1) + "\n\n_GTL_HANDLE = preload()\n"
+    text = text.replace('"@TORCHMPI' + '_GTL@"', repr(gtl), 1)
+    text = text.replace("\nNEEDS: tuple = ()\n", f"\nNEEDS: tuple = {tuple(needs)!r}\n", 1)
+    return text + "\n\n_GTL_HANDLE = preload()\n"
 
 
 def import_line(package: str) -> str:
     return f"from {package} import _torchmpi_gtl  # noqa: F401  (torchmpi: Cray GTL first)\n"
 
 
-def add_to_package(package_dir: str, package: str, gtl: str) -> None:
-    """Write ``_torchmpi_gtl.py`` into ``package_dir`` and import it first from
-    its ``__init__.py`` (after the docstring and ``from __future__`` lines,
-    where Python allows the first statement)."""
+def add_to_package(package_dir: str, package: str, gtl: str, needs: tuple = ()) -> None:
+    """Write ``_torchmpi_gtl.py`` (GTL ``gtl``, recorded ``needs``) into ``package_dir``
+    and import it first from its ``__init__.py`` (after the docstring and
+    ``from __future__`` lines, where Python allows the first statement)."""
     import ast
 
     with open(os.path.join(package_dir, "_torchmpi_gtl.py"), "w", encoding="utf-8") as out:
-        out.write(render(gtl))
+        out.write(render(gtl, needs))
     init = os.path.join(package_dir, "__init__.py")
     with open(init, encoding="utf-8") as stream:
         text = stream.read()

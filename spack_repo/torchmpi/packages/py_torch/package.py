@@ -29,7 +29,7 @@ PROCESS_GROUP_MPI = os.path.join("torch", "csrc", "distributed", "c10d", "Proces
 #: hash (a rebuild), and ``patch()`` refuses a patcher that does not match.
 #: sha256 of ``gtl_preload.py``, the module installed as ``torch/_torchmpi_gtl.py``
 #: (and ``mpi4py/_torchmpi_gtl.py``), for the same reason.
-GTL_PRELOAD_SHA256 = "31cdb8d025e9c5a02a352a60448d44a6df6cc76ad5f804afb1b27fc3890c03d9"
+GTL_PRELOAD_SHA256 = "77261df564422fc0465a3c36625a071916e594b73dc62755d7a6592cc8f07482"
 
 CUDA_AWARE_MPI_SHA256 = "aab38b33274d2a920819bb390b85e745eca33cfe796ac22434252d6828083f75"
 
@@ -123,8 +123,17 @@ def install_gtl_preload(pkg, package: str, gtl: str) -> None:
     if len(inits) != 1:
         raise InstallError(f"{pkg.name}: expected one {package}/__init__.py in {pkg.prefix}: "
                            f"{inits}")
-    gtl_preload.add_to_package(os.path.dirname(inits[0]), package, gtl)
-    tty.msg(f"torchmpi: {package} loads {gtl} at import where a CUDA driver is present")
+    # What GTL calls without NEEDing it (C++ and CUDA runtimes, per cray-mpich
+    # release: gtl_preload's docstring), recorded from this build.
+    cuda = next((dep for dep in pkg.spec.traverse() if dep.name == "cuda"), None)
+    try:
+        cxx = pkg.compiler.cxx
+    except (AttributeError, KeyError, ValueError):  # no C++ compiler in the DAG
+        cxx = None
+    needs = gtl_preload.build_needs(cxx, str(cuda.prefix) if cuda else None)
+    gtl_preload.add_to_package(os.path.dirname(inits[0]), package, gtl, tuple(needs))
+    tty.msg(f"torchmpi: {package} loads {gtl} at import where a CUDA driver is present "
+            f"(after {', '.join(needs) or 'nothing else'})")
 
 
 class PyTorch(BuiltinPyTorch):
