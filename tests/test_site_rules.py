@@ -205,3 +205,66 @@ def test_compiler_path_check_override(tmp_path: Path) -> None:
         d["compilers"][0]["path_version"] = False
     site = edited_site(tmp_path, "generic-ib", edit)
     assert site.data["compilers"][0]["path_version"] is False
+
+
+def a100_and_a40(archs):
+    """generic-ib with two GPU models, A100 (sm_80) and A40 (sm_86)."""
+    def edit(d: dict) -> None:
+        d["gpu"].update(model="NVIDIA A100-SXM4-80GB and NVIDIA A40", cuda_arch=archs)
+    return edit
+
+
+@pytest.mark.parametrize("archs", [[80, 86], ["80", "86"], "80,86"])
+def test_cuda_arch_several_gpu_models(tmp_path: Path, archs) -> None:
+    """Spack takes ``cuda_arch=80,86``; so does a site file, as a list or as Spack writes it."""
+    from torchmpi import reframe, spackenv
+
+    site = edited_site(tmp_path, "generic-ib", a100_and_a40(archs))
+    assert site.cuda_archs == ["80", "86"] and site.cuda_arch == "80,86"
+    assert spackenv.roots(site)[0].startswith("py-torch-mpi +cuda cuda_arch=80,86 ")
+    assert "sm_80,sm_86" in site.summary()
+    config = reframe.configuration(site, env_from="", outdir=tmp_path, extra_prepare=[])
+    devices = config["systems"][0]["partitions"][0]["devices"]
+    assert devices[0]["arch"] == "sm_80,sm_86"
+
+
+@pytest.mark.parametrize(("archs", "bad"), [([80, 81], "81"), ("80,81", "'81'"),
+                                            ("80,,86", "''")])
+def test_cuda_arch_list_with_a_wrong_item(tmp_path: Path, archs, bad: str) -> None:
+    line, text = refused(tmp_path, "generic-ib", a100_and_a40(archs), "gpu.cuda_arch")
+    assert f"{bad} is not a CUDA architecture; allowed: 50, 52" in line
+    assert "or several: a list ([80, 86]) or as Spack writes them ('80,86')" in line
+    assert text.strip().startswith("cuda_arch:")
+
+
+def test_cuda_arch_list_is_checked_item_by_item(tmp_path: Path) -> None:
+    """Each architecture of the list meets every rule a single one does."""
+    line, _ = refused(tmp_path, "generic-ib", a100_and_a40([80, 90]), "gpu.cuda_arch")
+    assert "'90' is not the compute capability of any GPU model of NVIDIA A100" in line
+    assert "allowed: 80, 86" in line
+    line, _ = refused(tmp_path, "generic-ib", a100_and_a40([80]), "gpu.cuda_arch")
+    assert "the NVIDIA A40 in the model needs 86" in line
+
+    def cray(d: dict) -> None:  # derecho's Cray MPICH has no GTL for 86
+        d["gpu"].update(model="NVIDIA A100 and NVIDIA A40", cuda_arch="80,86")
+    line, _ = refused(tmp_path, "derecho", cray, "gpu.cuda_arch")
+    assert "'86': builtin cray-mpich has Cray's CUDA GTL only for" in line
+
+    def old_cuda(d: dict) -> None:
+        d["gpu"].update(model="NVIDIA A100 and NVIDIA H100", cuda_arch=[80, 90])
+        d["gpu"]["cuda"]["spec"] = "cuda@11.4.0"
+    line, _ = refused(tmp_path, "generic-ib", old_cuda, "gpu.cuda_arch")
+    assert "'90' needs CUDA 12.0 or newer" in line
+
+
+def test_cuda_arch_comma_pattern_is_the_enum() -> None:
+    """The schema's ``'80,86'`` form names exactly the architectures its single form does."""
+    import json
+
+    schema = json.loads((ROOT / "wrapper/torchmpi/schema/site.schema.json").read_text())
+    single = [a for a in schema["$defs"]["cuda_arch"]["enum"] if isinstance(a, str)]
+    forms = schema["properties"]["gpu"]["oneOf"][1]["properties"]["cuda_arch"]["anyOf"]
+    pattern = forms[2]["pattern"]
+    alternatives = re.fullmatch(r"\^\(([^)]*)\)\(,\(([^)]*)\)\)\+\$", pattern)
+    assert alternatives, pattern
+    assert alternatives.group(1).split("|") == alternatives.group(2).split("|") == single

@@ -199,7 +199,7 @@ def configuration(site: Site, *, env_from: str, outdir: Path,
     }
     if site.gpu:
         # A GPU site that does not state checks.gpus_per_node gets one rank per node.
-        partition["devices"] = [{"type": "gpu", "arch": f"sm_{site.cuda_arch}",
+        partition["devices"] = [{"type": "gpu", "arch": site.sm_arch,
                                  "num_devices": int(checks.get("gpus_per_node", 1))}]
         if kind in GPU_REQUEST:
             partition["resources"] = [{"name": "_rfm_gpu", "options": GPU_REQUEST[kind]}]

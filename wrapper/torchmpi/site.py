@@ -76,13 +76,24 @@ class Site:
         return gpu if isinstance(gpu, dict) else None
 
     @property
+    def cuda_archs(self) -> list[str]:
+        """The site's CUDA architectures, one per GPU model (``[80, 86]``, ``'80,86'``)."""
+        return siterules.cuda_archs(self.gpu) if self.gpu else []
+
+    @property
     def cuda_arch(self) -> str | None:
-        return str(self.gpu["cuda_arch"]) if self.gpu else None
+        """``cuda_arch`` as Spack writes the variant: ``80``, or ``80,86`` for several."""
+        return ",".join(self.cuda_archs) if self.gpu else None
+
+    @property
+    def sm_arch(self) -> str | None:
+        """The architectures as NVIDIA names them for people and ReFrame: ``sm_80,sm_86``."""
+        return ",".join(f"sm_{a}" for a in self.cuda_archs) if self.gpu else None
 
     def summary(self) -> str:
         """One line for ``torchmpi sites``."""
         d = self.data
-        gpu = f"sm_{self.cuda_arch}" if self.gpu else ("gpu:auto" if d.get("gpu") else "cpu-only")
+        gpu = self.sm_arch if self.gpu else ("gpu:auto" if d.get("gpu") else "cpu-only")
         mpi = d["mpi"]["kind"] + (f"@{d['mpi']['version']}" if d["mpi"].get("version") else "")
         return f"{d['target']}, {gpu}, {mpi}, {d['fabric']}, {d['launcher']} -- {d['description']}"
 
@@ -151,6 +162,9 @@ def _describe(err: jsonschema.ValidationError) -> tuple[tuple, str]:
     path = tuple(err.absolute_path)
     schema = err.schema if isinstance(err.schema, dict) else {}
     v = err.validator
+    arch = next((i + 1 for i, k in enumerate(path) if k == "cuda_arch"), None)
+    if arch and v in ("anyOf", "oneOf", "enum", "pattern", "type"):  # one, a list, or '80,86'
+        return path[:arch], _cuda_arch_error(err.instance)
     if v == "additionalProperties":
         allowed = sorted(schema.get("properties", {}))
         extra = sorted(set(err.instance) - set(allowed))
@@ -176,8 +190,7 @@ def _describe(err: jsonschema.ValidationError) -> tuple[tuple, str]:
         return path + (missing,), f"missing required key '{missing}'{where}{why}"
     if v == "enum":
         allowed = ", ".join(dict.fromkeys(str(x) for x in err.validator_value))
-        what = "not a CUDA architecture" if path and path[-1] == "cuda_arch" else "not allowed"
-        return path, f"{err.instance!r} is {what}; allowed: {allowed}"
+        return path, f"{err.instance!r} is not allowed; allowed: {allowed}"
     if v == "type":
         want = err.validator_value
         want = want if isinstance(want, list) else [want]
@@ -212,6 +225,28 @@ def _describe(err: jsonschema.ValidationError) -> tuple[tuple, str]:
     if v == "const":
         return path, f"{err.instance!r} is not allowed here (only {err.validator_value!r})"
     return path, err.message
+
+
+def _cuda_arch_error(value: Any) -> str:
+    """Why ``gpu.cuda_arch`` (one value, a list, or ``'80,86'``) is not CUDA architectures."""
+    allowed = [a for a in _schema()["$defs"]["cuda_arch"]["enum"] if isinstance(a, str)]
+    several = " or several: a list ([80, 86]) or as Spack writes them ('80,86')"
+    if isinstance(value, list):
+        if not value:
+            return f"must not be an empty list; allowed: {', '.join(allowed)},{several}"
+        if len({str(v) for v in value}) < len(value):
+            return "lists a value twice; allowed: each value once"
+        items = value
+    elif isinstance(value, str) and "," in value:
+        items = value.split(",")
+    else:
+        items = [value]
+    bad = next((v for v in items if str(v) not in allowed or isinstance(v, (bool, float))),
+               value)
+    if isinstance(bad, (dict, list, bool, float)) or bad is None:
+        return (f"expected a CUDA architecture, got {type(bad).__name__} {bad!r}; allowed:"
+                f" {', '.join(allowed)},{several}")
+    return f"{bad!r} is not a CUDA architecture; allowed: {', '.join(allowed)},{several}"
 
 
 def _target_error(value: Any, what: str) -> str | None:

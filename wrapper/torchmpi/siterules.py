@@ -100,36 +100,77 @@ def cuda_ranges() -> dict[str, tuple[str, str]]:
     return out
 
 
+def cuda_archs(gpu: dict[str, Any]) -> list[str]:
+    """``gpu.cuda_arch`` as a list of strings: ``80`` -> ``['80']``; ``[80, 86]`` and
+    ``'80,86'`` (Spack's ``cuda_arch=80,86``) -> ``['80', '86']``, for a site with
+    several GPU models."""
+    value = gpu.get("cuda_arch")
+    items = value if isinstance(value, list) else str(value).split(",")
+    return list(dict.fromkeys(str(v) for v in items))
+
+
+#: One GPU model's name anywhere in ``gpu.model``, longest first (a100 before a10).
+_GPU_NAMES = re.compile(
+    r"\b(" + "|".join(sorted((n for n, _ in GPU_ARCHS), key=len, reverse=True)) + ")")
+
+
+def _models(model: str) -> list[tuple[str, str]]:
+    """(name, compute capability) of each GPU model ``gpu.model`` names, in order."""
+    found = dict.fromkeys(m.group(1) for m in _GPU_NAMES.finditer(model.lower()))
+    return [(n, dict(GPU_ARCHS)[n]) for n in found]
+
+
+def _base(arch: str) -> str:
+    """The compute capability of an architecture: ``90a`` -> ``90``."""
+    found = re.match(r"\d+", arch)
+    return found.group() if found else arch
+
+
 def _cuda_arch(data: dict[str, Any]) -> list[Problem]:
     gpu = data.get("gpu")
     if not isinstance(gpu, dict) or "cuda_arch" not in gpu:
         return []
-    arch = str(gpu["cuda_arch"])
+    archs = cuda_archs(gpu)
     where = ("gpu", "cuda_arch")
     out: list[Problem] = []
     mpi = data.get("mpi") or {}
-    if (mpi.get("kind") == "cray-mpich" and mpi.get("cuda_aware", True)
-            and arch not in CRAY_GTL_ARCHS):
-        base = re.match(r"\d+", arch)
-        hint = (f" ({base.group()} is the same GPU)" if base and base.group() in CRAY_GTL_ARCHS
-                else "")
-        out.append((where, (
-            f"{arch!r}: builtin cray-mpich has Cray's CUDA GTL only for cuda_arch"
-            f" {', '.join(CRAY_GTL_ARCHS)}, so the py-torch build would stop with \"no GTL"
-            f" support could be found\"; allowed: {', '.join(CRAY_GTL_ARCHS)}{hint}, or"
-            " mpi.cuda_aware: false (docs/sites.md)")))
-    model = str(gpu.get("model") or "").lower()
-    for name, want in GPU_ARCHS:
-        if re.search(rf"\b{name}", model):
-            if re.match(r"\d+", arch) and re.match(r"\d+", arch).group() != want:
+    for arch in archs:
+        if (mpi.get("kind") == "cray-mpich" and mpi.get("cuda_aware", True)
+                and arch not in CRAY_GTL_ARCHS):
+            base = _base(arch)
+            hint = f" ({base} is the same GPU)" if base in CRAY_GTL_ARCHS else ""
+            out.append((where, (
+                f"{arch!r}: builtin cray-mpich has Cray's CUDA GTL only for cuda_arch"
+                f" {', '.join(CRAY_GTL_ARCHS)}, so the py-torch build would stop with \"no GTL"
+                f" support could be found\"; allowed: {', '.join(CRAY_GTL_ARCHS)}{hint}, or"
+                " mpi.cuda_aware: false (docs/sites.md)")))
+    models = _models(str(gpu.get("model") or ""))
+    wanted = list(dict.fromkeys(cc for _, cc in models))
+    if len(archs) == 1 and len(models) == 1:
+        arch, want = archs[0], wanted[0]
+        if _base(arch) != want:
+            out.append((where, (
+                f"{arch!r} is not the compute capability of the {gpu['model']}"
+                f" (NVIDIA: {want}, developer.nvidia.com/cuda-gpus); allowed: {want}")))
+    elif models:
+        for arch in archs:
+            if _base(arch) not in wanted:
                 out.append((where, (
-                    f"{arch!r} is not the compute capability of the {gpu['model']}"
-                    f" (NVIDIA: {want}, developer.nvidia.com/cuda-gpus); allowed: {want}")))
-            break
+                    f"{arch!r} is not the compute capability of any GPU model of"
+                    f" {gpu['model']} (NVIDIA: {', '.join(wanted)},"
+                    f" developer.nvidia.com/cuda-gpus); allowed: {', '.join(wanted)}")))
+        for name, want in models:
+            if want not in {_base(a) for a in archs}:
+                out.append((where, (
+                    f"the NVIDIA {name.upper()} in the model needs {want}, which"
+                    f" cuda_arch {','.join(archs)} lacks (developer.nvidia.com/cuda-gpus);"
+                    f" allowed: {', '.join(wanted)}")))
     cuda = (gpu.get("cuda") or {}).get("spec", "")
     found = re.match(r"cuda@([\d.]+)", cuda)
-    span = cuda_ranges().get(arch)
-    if found and span:
+    for arch in archs:
+        span = cuda_ranges().get(arch)
+        if not (found and span):
+            continue
         have, (lo, hi) = _vtuple(found.group(1)), span
         # A range's end matches every release it prefixes (Spack: @:12.9 takes 12.9.1).
         too_old = lo and have < _vtuple(lo)
