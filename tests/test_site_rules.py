@@ -268,3 +268,30 @@ def test_cuda_arch_comma_pattern_is_the_enum() -> None:
     alternatives = re.fullmatch(r"\^\(([^)]*)\)\(,\(([^)]*)\)\)\+\$", pattern)
     assert alternatives, pattern
     assert alternatives.group(1).split("|") == alternatives.group(2).split("|") == single
+
+
+def mpich(version: str):
+    """generic-ib with the centre's MPICH-based MPI declared as ``kind: mpich``."""
+    def edit(d: dict) -> None:
+        d["gpu"].pop("cuda_arch")
+        d["gpu"]["cuda_arch"] = 80
+        d["mpi"] = {"kind": "mpich", "version": version, "prefix": "/opt/mpi",
+                    "cuda_aware": False}
+    return edit
+
+
+def test_mpich_version_mpich_never_had(tmp_path: Path) -> None:
+    """ParaStation MPI 5.10.0-1 (JSC's MPICH-based MPI) is no MPICH: MPICH's releases are
+    3.0 to 3.4, 4.0 to 4.3 and 5.0 (builtin mpich), never 5.10, never a ``-1`` suffix."""
+    line, text = refused(tmp_path, "generic-ib", mpich("5.10.0-1"), "mpi.version")
+    assert "'5.10.0-1' is no MPICH release" in line and "ParaStation MPI" in line
+    assert "allowed: an MPICH release: 3.0 to 3.4, 4.0 to 4.3, 5.0" in line
+    assert text.strip() == "version: 5.10.0-1"
+    refused(tmp_path, "generic-ib", mpich("5.10.0"), "mpi.version")
+    refused(tmp_path, "generic-ib", mpich("2.1"), "mpi.version")  # MPICH2 1.x; then 3.0
+
+
+@pytest.mark.parametrize("version", ["4.3.2", "3.4", "4.3.9", "5.0.1", "5.1.0", "6.0.0"])
+def test_mpich_release_series_accepted(tmp_path: Path, version: str) -> None:
+    """A release of a known series, a point release after the pin, or the next series."""
+    assert edited_site(tmp_path, "generic-ib", mpich(version)).data["mpi"]["version"] == version

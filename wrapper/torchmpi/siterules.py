@@ -17,7 +17,8 @@ errors.  Every rule here was a solve or a build that failed late:
   ``neoverse_v2`` site: "Version requirement ... on c for gcc cannot match any
   known version", since every package, the compiler included, must have the
   site's target);
-* vendor CPU names (``grace``, ``milan``) for archspec's (``neoverse_v2``, ``zen3``).
+* vendor CPU names (``grace``, ``milan``) for archspec's (``neoverse_v2``, ``zen3``);
+* ``kind: mpich`` with a version MPICH never had (ParaStation MPI's 5.10.0-1).
 """
 
 from __future__ import annotations
@@ -184,6 +185,62 @@ def _cuda_arch(data: dict[str, Any]) -> list[Problem]:
     return out
 
 
+@cache
+def mpich_series() -> tuple[tuple[int, int], ...]:
+    """MPICH's release series (MAJOR, MINOR), from builtin mpich's ``version()`` lines.
+
+    Read from the pinned builtin repository (``packages/mpich/package.py``), so
+    the rule follows the pin; empty without it.  MPICH went from MPICH2 1.5 to
+    3.0 (2012), and has had 3.0 to 3.4, 4.0 to 4.3 and 5.0.
+    """
+    path = paths.builtin_repo() / "packages" / "mpich" / "package.py"
+    try:
+        text = path.read_text()
+    except OSError:
+        return ()
+    found = {_vtuple(v)[:2] for v in re.findall(r'version\("(\d+(?:\.\d+)*)"', text)}
+    return tuple(sorted(v if len(v) == 2 else (v[0], 0) for v in found))
+
+
+def _spans(series: tuple[tuple[int, int], ...]) -> str:
+    """``3.0 to 3.4, 4.0 to 4.3, 5.0``: the series, one span per major version."""
+    out = []
+    for major in dict.fromkeys(m for m, _ in series):
+        minors = [n for m, n in series if m == major]
+        lo, hi = min(minors), max(minors)
+        out.append(f"{major}.{lo}" + (f" to {major}.{hi}" if hi != lo else ""))
+    return ", ".join(out)
+
+
+def _mpich_version(data: dict[str, Any]) -> list[Problem]:
+    """``kind: mpich`` with a version MPICH never had, typically an MPICH derivative's.
+
+    ParaStation MPI (JSC; MPICH-based) numbers its releases 5.10.0-1: declared
+    as mpich it would render ``mpich@5.10.0-1``, a version the solver takes at
+    face value for an external, and every rule about MPICH would apply to it.
+    Allowed: a known series, a point release after the pin (4.3.9), the next
+    minor series (5.1) or the next major (6.0).
+    """
+    mpi = data.get("mpi") or {}
+    version = mpi.get("version")
+    series = mpich_series()
+    if mpi.get("kind") != "mpich" or not version or not series:
+        return []
+    have = _vtuple(str(version))[:2]
+    have = have if len(have) == 2 else (have[0], 0)
+    (top_major, top_minor) = series[-1]
+    if "-" not in str(version) and have in (*series, (top_major, top_minor + 1),
+                                            (top_major + 1, 0)):
+        return []
+    return [(("mpi", "version"), (
+        f"{version!r} is no MPICH release (builtin mpich: {_spans(series)}); an MPI"
+        " derived from MPICH with its own numbering (ParaStation MPI 5.10.0-1, MVAPICH,"
+        " Intel MPI) is not mpich to Spack and has no kind here; allowed: an MPICH"
+        f" release: {_spans(series)}, or {top_major}.{top_minor + 1} or {top_major + 1}.0"
+        " after the pin, as `mpichversion` prints it")),
+    ]
+
+
 def _libfabric(data: dict[str, Any]) -> list[Problem]:
     lib = data.get("libfabric")
     if data.get("fabric") != "slingshot" or not isinstance(lib, dict):
@@ -273,4 +330,4 @@ def _archspec_names() -> set[str]:
 
 def problems(data: dict[str, Any]) -> list[Problem]:
     """Every mistake of these kinds in a schema-valid site file."""
-    return [*_libfabric(data), *_cuda_arch(data), *_compilers(data)]
+    return [*_libfabric(data), *_cuda_arch(data), *_compilers(data), *_mpich_version(data)]
