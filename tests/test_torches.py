@@ -8,6 +8,7 @@ with the stand-in Spack of test_concretize_cli, at concretize time.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -44,12 +45,13 @@ def _render(tmp_path: Path, name: str, edit, capsys) -> tuple[dict, str]:
 
 
 def test_two_releases_side_by_side(tmp_path: Path, capsys) -> None:
-    files, _ = _render(tmp_path, "derecho", _with("2.12.0", "2.11.0"), capsys)
+    # (2.11.0 and 2.10.0: Derecho's cuda@12.2.1 cannot build 2.12, which needs 12.6.)
+    files, _ = _render(tmp_path, "derecho", _with("2.11.0", "2.10.0"), capsys)
     env = files["spack.yaml"]["spack"]
     torch_roots = [s for s in env["specs"] if s.startswith("py-torch-mpi")]
     assert torch_roots == [
         "py-torch-mpi +cuda cuda_arch=80 +cuda_aware_mpi fabric=slingshot target=zen3"
-        f" ^py-torch@={v}" for v in ("2.12.0", "2.11.0")]
+        f" ^py-torch@={v}" for v in ("2.11.0", "2.10.0")]
     assert "py-torchvision target=zen3" in env["specs"]  # extra_specs once
     assert env["concretizer"]["unify"] == "when_possible"
     # One NCCL stack: one pinned pair for every release.
@@ -86,8 +88,8 @@ def test_release_with_a_fixture_renders_deprecated_config(tmp_path: Path, capsys
 
 
 def test_unverified_release_is_named_at_render_with_the_pin(tmp_path: Path, capsys) -> None:
-    _, err = _render(tmp_path, "derecho", _with("2.12.0", "2.9.1"), capsys)
-    assert "torch 2.12.0: no ProcessGroupMPI fixture" in err and "PatchError" in err
+    _, err = _render(tmp_path, "derecho", _with("2.11.0", "2.9.1"), capsys)
+    assert "torch 2.11.0: no ProcessGroupMPI fixture" in err and "PatchError" in err
     assert "torch: {versions: [2.9.1]}" in err and "mpi.cuda_aware: false" in err
     assert "torch 2.9.1" not in err
 
@@ -140,9 +142,9 @@ def test_gpu_site_silent_on_cuda_aware_is_cuda_aware(tmp_path: Path, capsys) -> 
     with pytest.raises(UserError) as err:
         edited_site(tmp_path, "generic-ib", _with("2.8.0"))
     assert "torch 2.8.0 cannot be built +cuda_aware_mpi" in str(err.value)
-    files, err_text = _render(tmp_path, "generic-ib", _with("2.12.0"), capsys)
+    files, err_text = _render(tmp_path, "generic-ib", _with("2.11.0"), capsys)
     assert "+cuda_aware_mpi" in files["spack.yaml"]["spack"]["specs"][0]
-    assert "torch 2.12.0: no ProcessGroupMPI fixture" in err_text
+    assert "torch 2.11.0: no ProcessGroupMPI fixture" in err_text
 
 
 def test_verified_releases_are_the_fixtures() -> None:
@@ -153,3 +155,47 @@ def test_verified_releases_are_the_fixtures() -> None:
     assert current and set(current) <= set(torches.unverified()) | set(torches.VERIFIED)
     assert set(torches.unverified()).isdisjoint(torches.VERIFIED)
     assert paths.builtin_repo().is_dir()
+
+
+@pytest.mark.parametrize(("site", "cuda"), [("derecho", "12.2.1"), ("generic-ib", "12.4.1")])
+def test_release_the_sites_cuda_cannot_build_is_refused_at_load(
+        tmp_path: Path, capsys, site: str, cuda: str) -> None:
+    """Builtin py-torch: ``depends_on("cuda@12.6:", when="@2.12:+cuda")``.  A copy of a
+    shipped site pinning 2.12.0 on an older CUDA is refused when the file is
+    loaded (file:line at the release, the rule and the site's CUDA), by
+    ``render`` with exit 1 and no traceback, before any solve could fail on it."""
+    with pytest.raises(UserError) as err:
+        edited_site(tmp_path, site, _with("2.11.0", "2.12.0"))
+    msg = str(err.value)
+    where = re.search(rf"{site}\.yaml:(\d+):\d+: torch\.versions\[1\]: (.*)", msg)
+    assert where, msg
+    line = (tmp_path / f"{site}.yaml").read_text().splitlines()[int(where.group(1)) - 1]
+    assert "2.12.0" in line, line
+    assert f"torch 2.12.0 needs cuda@12.6: (builtin py-torch), this site has cuda@{cuda}" in (
+        where.group(2)), msg
+    assert "gpu.cuda.spec" in where.group(2) and "2.11.0" in where.group(2)
+    rc = main(["render", str(tmp_path / f"{site}.yaml"), "-o", str(tmp_path / "env")])
+    err_text = capsys.readouterr().err
+    assert rc != 0 and "Traceback" not in err_text and "cuda@12.6:" in err_text
+
+
+def test_release_the_sites_cuda_can_build_loads(tmp_path: Path) -> None:
+    """Alps (cuda@12.9.1) takes 2.12.0; a CPU-only copy (no gpu:) has no CUDA rule."""
+    assert edited_site(tmp_path, "alps-gh200", _with("2.12.0")).data["torch"]
+
+    def cpu(d: dict) -> None:
+        d.pop("gpu")
+        d["mpi"] = {k: v for k, v in d["mpi"].items() if k != "cuda_aware"}
+        d["mpi"]["kind"] = "openmpi"
+        d["torch"] = {"versions": ["2.12.0"]}
+    (tmp_path / "cpu").mkdir()
+    assert "gpu" not in edited_site(tmp_path / "cpu", "generic-ib", cpu).data
+
+
+def test_cuda_rules_are_builtins() -> None:
+    """The rules come from the pinned builtin py-torch file, not a copy here."""
+    rules = torches.cuda_rules()
+    assert ("2.12", "", "12.6", "") in rules, rules
+    assert torches.cuda_problem("2.12.0", "12.4.1") == "12.6:"
+    assert torches.cuda_problem("2.11.0", "12.2.1") is None
+    assert torches.cuda_problem("2.3.1", "12.4.1") == "11:12.3"

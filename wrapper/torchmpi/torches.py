@@ -6,6 +6,9 @@ allows, as before.  Read here without Spack, in milliseconds:
 
 * the releases builtin ``py-torch`` has, and which it deprecates, from the
   pinned builtin package file;
+* the CUDA each release can be built with (builtin's ``depends_on("cuda@...",
+  when="@...+cuda")``): a pinned release the site's CUDA cannot build is
+  refused when the site file is loaded, not minutes into a solve;
 * the releases torchmpi's ``py-torch`` override has no ProcessGroupMPI fixture
   for (``UNVERIFIED_TORCH`` in its package file): on a ``+cuda_aware_mpi``
   site the patch of that file may stop the build with a PatchError, so they
@@ -59,6 +62,52 @@ def builtin_releases() -> dict[str, bool]:
     return out
 
 
+def _builtin_text() -> str:
+    try:
+        return (paths.builtin_repo() / "packages" / "py_torch" / "package.py").read_text()
+    except OSError:
+        return ""
+
+
+@functools.cache
+def cuda_rules() -> tuple[tuple[str, str, str, str], ...]:
+    """Builtin py-torch's CUDA bounds: (torch low, torch high, cuda low, cuda high), an
+    empty end open, a single version ``X`` as ``X:X`` (Spack: any ``X.*``)."""
+    out = []
+    for found in re.finditer(r'depends_on\(\s*"cuda@([\d.:]+)"\s*,\s*when="@([\d.:]+)\+cuda"',
+                             _builtin_text()):
+        cuda, when = found.group(1), found.group(2)
+        out.append((*_range(when), *_range(cuda)))
+    return tuple(out)
+
+
+def _range(text: str) -> tuple[str, str]:
+    low, colon, high = text.partition(":")
+    return (low, high) if colon else (low, low)
+
+
+def _within(version: str, low: str, high: str) -> bool:
+    """Spack's ``low:high`` (inclusive; ``high`` a prefix: ``12.3`` admits 12.3.2)."""
+    vt = _vt(version)
+    return (not low or vt >= _vt(low)) and (not high or vt[:len(_vt(high))] <= _vt(high))
+
+
+def cuda_problem(torch: str, cuda: str) -> str | None:
+    """The CUDA range builtin requires for ``torch`` that ``cuda`` is outside, or None."""
+    for t_low, t_high, c_low, c_high in cuda_rules():
+        if _within(torch, t_low, t_high) and not _within(cuda, c_low, c_high):
+            return c_low if c_low == c_high else f"{c_low}:{c_high}"
+    return None
+
+
+def site_cuda(data: dict[str, Any]) -> str | None:
+    """The version of the site's CUDA (``gpu.cuda.spec``), None without one stated."""
+    gpu = data.get("gpu") if isinstance(data.get("gpu"), dict) else {}
+    spec = (gpu.get("cuda") or {}).get("spec") if isinstance(gpu.get("cuda"), dict) else None
+    found = re.match(r"cuda@=?(\d+(?:\.\d+)*)", str(spec or ""))
+    return found.group(1) if found else None
+
+
 @functools.cache
 def unverified() -> tuple[str, ...]:
     """``UNVERIFIED_TORCH`` of torchmpi's py-torch package (read with ast)."""
@@ -96,6 +145,15 @@ def problems(data: dict[str, Any]) -> list[tuple[tuple, str]]:
                 f"{version!r} is no py-torch release of the pinned builtin spack-packages;"
                 f" allowed: {', '.join(current)} (current) or {', '.join(VERIFIED)}"
                 " (deprecated, with a ProcessGroupMPI fixture)")))
+            continue
+        cuda = site_cuda(data)
+        needs = cuda_problem(version, cuda) if cuda else None
+        if needs:
+            can = [v for v in current + list(VERIFIED) if not cuda_problem(v, cuda)]
+            out.append((where, (
+                f"torch {version} needs cuda@{needs} (builtin py-torch), this site has"
+                f" cuda@{cuda} (gpu.cuda.spec); releases it can build:"
+                f" {', '.join(can) or 'none'}, or a newer gpu.cuda")))
             continue
         if not cuda_aware(data):
             continue
