@@ -295,3 +295,72 @@ def test_mpich_version_mpich_never_had(tmp_path: Path) -> None:
 def test_mpich_release_series_accepted(tmp_path: Path, version: str) -> None:
     """A release of a known series, a point release after the pin, or the next series."""
     assert edited_site(tmp_path, "generic-ib", mpich(version)).data["mpi"]["version"] == version
+
+
+def centre_openmpi(variants: str | None = None, cuda_aware: bool | None = None):
+    """generic-ib with the centre's own CUDA-aware Open MPI (EasyBuild, a module) declared
+    under ``mpi:``, as an admin of an InfiniBand GH200 centre would."""
+    def edit(d: dict) -> None:
+        d["mpi"] = {"kind": "openmpi", "version": "5.0.5",
+                    "prefix": "/apps/easybuild/software/OpenMPI/5.0.5-GCC-13.3.0",
+                    "modules": ["OpenMPI/5.0.5"]}
+        if variants is not None:
+            d["mpi"]["variants"] = variants
+        if cuda_aware is not None:
+            d["mpi"]["cuda_aware"] = cuda_aware
+    return edit
+
+
+def test_centre_mpi_declared_cuda_aware_renders_once_with_its_variants(
+        tmp_path: Path) -> None:
+    """The fix for a solve that failed 197 s in with "py-torch +cuda_aware_mpi needs a
+    CUDA-aware MPI": the variants go on the `mpi:` external, rendered once, under the
+    centre's module name."""
+    from torchmpi import spackenv
+
+    site = edited_site(tmp_path, "generic-ib", centre_openmpi("+cuda fabrics=ucx"))
+    _, data = spackenv.packages_yaml(site)
+    pkgs = data["packages"]
+    assert pkgs["mpi"] == {"require": ["openmpi@5.0.5"]}
+    assert pkgs["openmpi:"]["externals"] == [{
+        "spec": "openmpi@5.0.5 +cuda fabrics=ucx",
+        "prefix": "/apps/easybuild/software/OpenMPI/5.0.5-GCC-13.3.0",
+        "modules": ["OpenMPI/5.0.5"]}]
+    assert pkgs["openmpi:"]["buildable"] is False
+    assert [n for n in pkgs if "openmpi" in n] == ["openmpi:"]
+    assert "+cuda_aware_mpi" in spackenv.roots(site)[0]
+    from torchmpi import modules  # no module of the tree's own: the centre's is loaded
+
+    lmod = modules.config(site.data)
+    assert "openmpi@5.0.5" in lmod["exclude"]
+    assert "OpenMPI/5.0.5" in lmod["py-torch-mpi"]["load"]
+
+
+def test_centre_mpi_without_cuda_is_refused_before_the_solve(tmp_path: Path) -> None:
+    line, text = refused(tmp_path, "generic-ib", centre_openmpi(), "mpi.variants")
+    assert "py-torch +cuda_aware_mpi needs a CUDA-aware MPI" in line
+    assert "allowed: variants: +cuda" in line and "or mpi.cuda_aware: false" in line
+    assert text.startswith("mpi:")
+    line, text = refused(tmp_path, "generic-ib", centre_openmpi("~cuda"), "mpi.variants")
+    assert "allowed: variants: +cuda" in line and text.strip() == "variants: ~cuda"
+    site = edited_site(tmp_path, "generic-ib", centre_openmpi(cuda_aware=False))
+    assert site.data["mpi"]["cuda_aware"] is False
+
+
+@pytest.mark.parametrize(("site_name", "edit", "words"), [
+    ("derecho", lambda d: d["mpi"].update(variants="+cuda"),
+     "cray-mpich's variants are the tool's"),
+    ("generic-ib", lambda d: d["mpi"].update(variants="+cuda"),
+     "variants describe the centre's MPI external"),
+    ("generic-ib", centre_openmpi("+cuda cuda_arch=90 +cuda"), "names cuda twice"),
+])
+def test_mpi_variants_where_they_cannot_apply(tmp_path: Path, site_name: str, edit,
+                                              words: str) -> None:
+    line, _ = refused(tmp_path, site_name, edit, "mpi.variants")
+    assert words in line
+
+
+def test_mpi_variants_syntax(tmp_path: Path) -> None:
+    line, _ = refused(tmp_path, "generic-ib", centre_openmpi("+cuda; rm -rf /"),
+                      "mpi.variants")
+    assert "allowed: Spack variants" in line

@@ -18,7 +18,9 @@ errors.  Every rule here was a solve or a build that failed late:
   known version", since every package, the compiler included, must have the
   site's target);
 * vendor CPU names (``grace``, ``milan``) for archspec's (``neoverse_v2``, ``zen3``);
-* ``kind: mpich`` with a version MPICH never had (ParaStation MPI's 5.10.0-1).
+* ``kind: mpich`` with a version MPICH never had (ParaStation MPI's 5.10.0-1);
+* the centre's MPI on a GPU site declared without ``+cuda`` ("py-torch
+  +cuda_aware_mpi needs a CUDA-aware MPI" after minutes of solving).
 """
 
 from __future__ import annotations
@@ -241,6 +243,51 @@ def _mpich_version(data: dict[str, Any]) -> list[Problem]:
     ]
 
 
+def _variant_names(variants: str) -> list[str]:
+    """The variant names in ``+cuda ~java fabrics=ucx``: cuda, java, fabrics."""
+    return [re.split(r"=", v.lstrip("+~"))[0] for v in variants.split()]
+
+
+def _mpi_variants(data: dict[str, Any]) -> list[Problem]:
+    """The centre's MPI declared without the variants it has, or with some it cannot take.
+
+    A centre's CUDA-aware Open MPI declared under ``mpi:`` without ``+cuda``
+    rendered a ``~cuda`` external (the variant's default) and the solve
+    stopped after minutes: "py-torch +cuda_aware_mpi needs a CUDA-aware MPI".
+    """
+    mpi = data.get("mpi") or {}
+    where = ("mpi", "variants")
+    variants = mpi.get("variants")
+    kind = mpi.get("kind")
+    external = bool(mpi.get("prefix") or mpi.get("modules"))
+    if variants is not None:
+        names = _variant_names(variants)
+        if kind == "cray-mpich":
+            return [(where, (
+                "cray-mpich's variants are the tool's: +cuda cuda_arch=<N> from gpu and"
+                " mpi.cuda_aware (Cray's GTL must match them); allowed: no variants"))]
+        if not external:
+            return [(where, (
+                "variants describe the centre's MPI external (mpi.prefix or mpi.modules);"
+                f" a {kind} Spack builds takes the tool's; allowed: no variants, or the"
+                " centre's prefix/modules with the variants its MPI has"))]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            return [(where, f"names {', '.join(twice)} twice; allowed: each variant once")]
+    gpu = isinstance(data.get("gpu"), dict)
+    cuda_aware = gpu and mpi.get("cuda_aware", True)
+    if (cuda_aware and external and kind in ("openmpi", "openmpi-cuda", "mpich")
+            and "+cuda" not in (variants or "").split()):
+        said = f"says {variants!r}" if variants else "has no variants, so it renders ~cuda"
+        return [(where, (
+            f"the centre's {kind} {said}, and py-torch +cuda_aware_mpi needs a CUDA-aware"
+            " MPI: the solve would stop after minutes; allowed: variants: +cuda (with the"
+            " others it has) where the centre's MPI is CUDA-aware (Open MPI: `ompi_info"
+            " --parsable --all | grep mpi_built_with_cuda_support` prints :true), or"
+            " mpi.cuda_aware: false"))]
+    return []
+
+
 def _libfabric(data: dict[str, Any]) -> list[Problem]:
     lib = data.get("libfabric")
     if data.get("fabric") != "slingshot" or not isinstance(lib, dict):
@@ -330,4 +377,5 @@ def _archspec_names() -> set[str]:
 
 def problems(data: dict[str, Any]) -> list[Problem]:
     """Every mistake of these kinds in a schema-valid site file."""
-    return [*_libfabric(data), *_cuda_arch(data), *_compilers(data), *_mpich_version(data)]
+    return [*_libfabric(data), *_cuda_arch(data), *_compilers(data), *_mpich_version(data),
+            *_mpi_variants(data)]

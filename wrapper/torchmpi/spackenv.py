@@ -86,6 +86,8 @@ def externals(site: Site) -> dict[str, dict[str, Any]]:
         spec = mpi_requirement(d)
         if mpi["kind"] == "cray-mpich":  # a CudaPackage: GTL and cuda_arch must match
             spec += f" +cuda cuda_arch={site.cuda_arch}" if site.gpu else " ~cuda"
+        elif mpi.get("variants"):  # what the centre's MPI is, e.g. +cuda (docs/sites.md)
+            spec += f" {mpi['variants']}"
         add({"spec": spec, "prefix": mpi.get("prefix"), "modules": mpi.get("modules")}, False)
     if site.gpu:
         for key in ("cuda", "cudnn"):
