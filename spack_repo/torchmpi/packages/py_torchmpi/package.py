@@ -27,9 +27,10 @@ class PyTorchmpi(PythonPackage):
     """torchmpi: Spack site recipes and compute-node checks (doctor, allreduce)
     for PyTorch's MPI and NCCL backends on HPC networks."""
 
-    homepage = "https://pytorch.org/docs/stable/distributed.html"
-    # The torchmpi checkout holding this repository (spack_repo/torchmpi/packages/<pkg>).
+    # The torchmpi checkout holding this repository (spack_repo/torchmpi/packages/<pkg>):
+    # the project publishes no web page, so its homepage is the checkout's README.
     git = "file://" + os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4))
+    homepage = git + "/README.md"
 
     license("Apache-2.0 OR MIT")
 
@@ -55,6 +56,10 @@ class PyTorchmpi(PythonPackage):
     # (its site loads are tested with jsonschema 4.17.3 and 4.26.0).
     depends_on("py-jsonschema@4:4.17", type="run")
     depends_on("py-archspec@0.2:", type="run")
+    # `torchmpi container` writes the Container Engine's EDF with tomli-w and reads it
+    # back with tomllib, which is tomli before Python 3.11.
+    depends_on("py-tomli-w@1.0:", type="run")
+    depends_on("py-tomli@1.1:", type="run", when="^python@:3.10")
 
     # `spack test run`'s import check: the CLI and the site loader the doctor's
     # `--site` uses (it finds site files by name among the package's data).
