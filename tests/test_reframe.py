@@ -21,7 +21,7 @@ from torchmpi import paths, runtime
 from torchmpi import reframe as rfmconf
 from torchmpi import site as sitemod
 from torchmpi.cli import main
-from torchmpi.errors import UserError
+from torchmpi.errors import InternalError
 
 BIN = Path(sys.executable).parent
 REFRAME = BIN / "reframe"
@@ -176,7 +176,7 @@ def test_a_file_not_ours_is_kept_without_force(tmp_path, capsys):
 
 
 def test_config_that_does_not_load_back_is_refused():
-    with pytest.raises(UserError, match="does not load back"):
+    with pytest.raises(InternalError, match="does not load back"):
         rfmconf.check_config("site_configuration = {'systems': []}\n", {"systems": [1]})
 
 

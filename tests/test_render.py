@@ -20,7 +20,7 @@ from torchmpi import paths, runtime, spackenv, yamltext
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
 from torchmpi.cli import main
-from torchmpi.errors import UserError
+from torchmpi.errors import InternalError
 
 #: Characters a YAML parser or a shell could take as the end of a line.
 LINE_ENDS = ["\n", "\r", "\r\n", "\x85", "\u2028", "\u2029", "\x0b", "\x0c"]
@@ -171,20 +171,23 @@ def test_yaml_that_does_not_load_back_is_never_written(tmp_path: Path, monkeypat
 
     monkeypatch.setattr(spackenv, "spack_yaml", broken)
     capsys.readouterr()
-    assert main(["render", "derecho", "-o", str(out)]) == 2
+    # A torchmpi bug, not the user's input: its own exit status (EX_SOFTWARE) and a
+    # request for a report, still without a traceback.
+    assert main(["render", "derecho", "-o", str(out)]) == 70
     err = capsys.readouterr().err
     assert "spack.yaml: the rendered text is not valid YAML" in err and "Traceback" not in err
+    assert "torchmpi render: internal error (a torchmpi bug" in err
     assert _tree_hash(out) == before
 
 
 def test_yaml_that_loads_to_other_data_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="does not load back"):
+    with pytest.raises(InternalError, match="does not load back"):
         yamltext.document(["a: 1\n"], {"a": "1"}, "x.yaml")
 
 
 def test_runtime_sh_that_does_not_parse_is_never_written(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(runtime, "shell_lines", lambda rt: ["export X='unterminated"])
-    with pytest.raises(UserError, match="runtime.sh: the rendered text does not parse"):
+    with pytest.raises(InternalError, match="runtime.sh: the rendered text does not parse"):
         renderer.render(sitemod.load("derecho"), tmp_path / "env")
 
 

@@ -15,7 +15,10 @@ import os
 import sys
 
 from torchmpi import __version__
-from torchmpi.errors import UserError
+from torchmpi.errors import InternalError, UserError
+
+#: sysexits.h EX_SOFTWARE: "an internal software error has been detected".
+EX_SOFTWARE = 70
 
 #: Verb modules, in the order ``torchmpi --help`` lists them.
 VERBS = ("sites", "render", "container", "concretize", "bump-check", "detect", "doctor",
@@ -105,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"torchmpi {args.verb}: error: {err}", file=sys.stderr)
         return 2
+    except InternalError as err:
+        print(f"torchmpi {args.verb}: internal error (a torchmpi bug; please report it with"
+              f" the command line): {err}", file=sys.stderr)
+        return EX_SOFTWARE
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

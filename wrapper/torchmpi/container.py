@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from torchmpi import __version__, pairs, paths, runtime
-from torchmpi.errors import UserError
+from torchmpi.errors import InternalError, UserError
 from torchmpi.site import Site
 from torchmpi.yamltext import Block, comment, document
 
@@ -493,7 +493,7 @@ def containerfile(site: Site, p: Plan) -> str:
         "environment would outrank the host's).",
     ) + "".join(f"{w} {a}\n" for w, a in instructions)
     if parse_containerfile(text) != instructions:
-        raise UserError("Containerfile: the rendered text does not parse back to its"
+        raise InternalError("Containerfile: the rendered text does not parse back to its"
                         " instructions; nothing was written (a torchmpi bug, please report it)")
     errors = check_containerfile(instructions)
     if errors:
@@ -535,7 +535,7 @@ def _toml(data: dict[str, Any], name: str) -> str:
 
     text = tomli_w.dumps(data)
     if tomllib.loads(text) != data:
-        raise UserError(f"{name}: the rendered TOML does not load back to its data;"
+        raise InternalError(f"{name}: the rendered TOML does not load back to its data;"
                         " nothing was written (a torchmpi bug, please report it)")
     return text
 
@@ -684,7 +684,7 @@ def _check_shell(name: str, text: str) -> None:
         return
     proc = subprocess.run([bash, "-n"], input=text, capture_output=True, text=True, check=False)
     if proc.returncode:
-        raise UserError(f"{name}: the rendered text does not parse ({proc.stderr.strip()});"
+        raise InternalError(f"{name}: the rendered text does not parse ({proc.stderr.strip()});"
                         " nothing was written (a torchmpi bug, please report it)")
 
 

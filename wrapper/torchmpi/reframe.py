@@ -42,7 +42,7 @@ from pprint import pformat
 from typing import Any
 
 from torchmpi import __version__, render, runtime
-from torchmpi.errors import UserError
+from torchmpi.errors import InternalError, UserError
 from torchmpi.site import Site
 
 CONFIG = "settings.py"
@@ -253,10 +253,10 @@ def check_config(text: str, config: dict[str, Any]) -> None:
                      == ["site_configuration"])
         loaded = ast.literal_eval(value)
     except (SyntaxError, ValueError, StopIteration) as err:
-        raise UserError(f"{CONFIG}: the written text does not parse back ({err}); nothing "
+        raise InternalError(f"{CONFIG}: the written text does not parse back ({err}); nothing "
                         "was written (a torchmpi bug, please report it)") from None
     if loaded != config:
-        raise UserError(f"{CONFIG}: the written text does not load back to its data; nothing "
+        raise InternalError(f"{CONFIG}: the written text does not load back to its data; nothing "
                         "was written (a torchmpi bug, please report it)")
 
 
@@ -277,7 +277,9 @@ def script_text(site: Site) -> str:
         proc = subprocess.run([bash, "-n"], input=body, capture_output=True, text=True,
                               check=False)
         if proc.returncode != 0:
-            raise UserError(f"{SCRIPT}: the written text does not parse ({proc.stderr.strip()})")
+            raise InternalError(f"{SCRIPT}: the written text does not parse"
+                                f" ({proc.stderr.strip()}); nothing was written"
+                                " (a torchmpi bug, please report it)")
     return "#!/bin/bash\n" + "\n".join(_header(site, body)) + "\n" + body
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from torchmpi import __version__, paths, runtime, spackenv
 from torchmpi import modules as modmod
-from torchmpi.errors import UserError
+from torchmpi.errors import InternalError, UserError
 from torchmpi.site import Site
 from torchmpi.yamltext import comment, document
 
@@ -86,8 +86,9 @@ def _check_shell(text: str) -> None:
     proc = subprocess.run([bash, "-n"], input=text, capture_output=True, text=True,
                           check=False)
     if proc.returncode != 0:
-        raise UserError(f"runtime.sh: the rendered text does not parse ({proc.stderr.strip()});"
-                        " nothing was written (a torchmpi bug, please report it)")
+        raise InternalError(f"runtime.sh: the rendered text does not parse"
+                            f" ({proc.stderr.strip()}); nothing was written"
+                            " (a torchmpi bug, please report it)")
 
 
 def bodies(site: Site, outdir: Path) -> dict[str, str]:

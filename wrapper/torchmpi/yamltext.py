@@ -19,7 +19,7 @@ from typing import Any, Union
 
 import yaml
 
-from torchmpi.errors import UserError
+from torchmpi.errors import InternalError
 
 #: Characters YAML (1.1, PyYAML) or a shell treat as ending a line, and other
 #: control or format characters that have no business in a comment.
@@ -74,9 +74,9 @@ def document(parts: list[Part], expected: dict[str, Any], name: str) -> str:
     try:
         parsed = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise UserError(f"{name}: the rendered text is not valid YAML ({err});"
+        raise InternalError(f"{name}: the rendered text is not valid YAML ({err});"
                         " nothing was written (a torchmpi bug, please report it)") from None
     if parsed != expected:
-        raise UserError(f"{name}: the rendered text does not load back to the data it was"
+        raise InternalError(f"{name}: the rendered text does not load back to the data it was"
                         " built from; nothing was written (a torchmpi bug, please report it)")
     return text
