@@ -21,6 +21,7 @@ from conftest import edited_site
 from torchmpi import container, pairs, runtime
 from torchmpi import site as sitemod
 from torchmpi.cli import main
+from torchmpi.errors import UserError
 
 SITES = sitemod.available()
 
@@ -211,15 +212,17 @@ def test_unvouched_pair_is_refused(tmp_path: Path, capsys) -> None:
 
 
 def test_ce_on_infiniband_is_refused(tmp_path: Path, capsys) -> None:
-    site = edited_site(tmp_path, "generic-ib", lambda d: d["container"].update(runtime="ce"))
-    err = _refused(tmp_path, site.path, capsys)
+    with pytest.raises(UserError):  # at load, by every verb (tests/test_site_rules.py)
+        edited_site(tmp_path, "generic-ib", lambda d: d["container"].update(runtime="ce"))
+    err = _refused(tmp_path, tmp_path / "generic-ib.yaml", capsys)
     assert "runtime: ce" in err and "fabric is ib" in err
 
 
 def test_bind_model_needs_cray_mpich(tmp_path: Path, capsys) -> None:
-    site = edited_site(tmp_path, "generic-ib",
-                       lambda d: d["container"].update(runtime="apptainer"))
-    err = _refused(tmp_path, site.path, capsys)
+    with pytest.raises(UserError):  # at load, by every verb (tests/test_site_rules.py)
+        edited_site(tmp_path, "generic-ib",
+                    lambda d: d["container"].update(runtime="apptainer"))
+    err = _refused(tmp_path, tmp_path / "generic-ib.yaml", capsys)
     assert "Cray MPICH" in err and "openmpi-cuda" in err
 
 

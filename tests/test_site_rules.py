@@ -277,6 +277,7 @@ def mpich(version: str):
         d["gpu"]["cuda_arch"] = 80
         d["mpi"] = {"kind": "mpich", "version": version, "prefix": "/opt/mpi",
                     "cuda_aware": False}
+        d.pop("container")  # no container stand-in for mpich (test_container_* below)
     return edit
 
 
@@ -364,3 +365,63 @@ def test_mpi_variants_syntax(tmp_path: Path) -> None:
     line, _ = refused(tmp_path, "generic-ib", centre_openmpi("+cuda; rm -rf /"),
                       "mpi.variants")
     assert "allowed: Spack variants" in line
+
+
+def _verbs(tmp_path: Path, path: Path, capsys) -> dict[str, tuple[int, str]]:
+    """Exit status and stderr of each verb that loads a site file, on ``path``."""
+    from torchmpi.cli import main
+
+    out = {}
+    for verb, argv in {
+        "render": ["render", str(path), "-o", str(tmp_path / "env")],
+        "container": ["container", str(path), "-o", str(tmp_path / "box")],
+        "reframe": ["reframe", str(path), "-o", str(tmp_path / "rfm")],
+        "bump-check": ["bump-check", str(path)],
+    }.items():
+        try:
+            status = main(argv)
+        except SystemExit as done:
+            status = done.code
+        out[verb] = (status, capsys.readouterr().err)
+    return out
+
+
+@pytest.mark.parametrize(("runtime", "kind"), [
+    ("apptainer", "openmpi-cuda"), ("podman-hpc", "openmpi-cuda"), ("shifter", "openmpi-cuda"),
+])
+def test_container_runtime_refused_by_every_verb_at_load(tmp_path: Path, capsys,
+                                                         runtime: str, kind: str) -> None:
+    """apptainer/podman-hpc/shifter inject the host's Cray MPICH: with another MPI every
+    verb refuses the file at load (render and concretize had accepted it, and only
+    `container` refused it), at container.runtime, with the allowed runtimes."""
+    def edit(d: dict) -> None:
+        d["container"]["runtime"] = runtime
+        d["mpi"]["kind"] = kind
+    path = tmp_path / "generic-ib.yaml"
+    with pytest.raises(UserError):
+        edited_site(tmp_path, "generic-ib", edit)
+    runs = _verbs(tmp_path, path, capsys)
+    line_no = path.read_text().splitlines().index(f"  runtime: {runtime}") + 1
+    for verb, (status, err) in runs.items():
+        assert status == 2, (verb, err)
+        assert f"generic-ib.yaml:{line_no}:" in err and ": container.runtime: " in err, (verb, err)
+        assert f"mpi.kind is {kind}" in err and "allowed: podman" in err, (verb, err)
+        assert "Traceback" not in err
+
+
+def test_container_runtime_ce_off_slingshot_refused_at_load(tmp_path: Path) -> None:
+    line, _ = refused(tmp_path, "generic-ib", lambda d: d["container"].update(runtime="ce"),
+                      "container.runtime")
+    assert "fabric is ib" in line and "allowed: podman" in line
+
+    def mpich(d: dict) -> None:
+        d["mpi"] = {"kind": "mpich", "cuda_aware": False}
+    line, _ = refused(tmp_path, "generic-ib", mpich, "container.runtime")
+    assert "mpich has no container stand-in" in line
+
+
+def test_container_rule_and_container_agree() -> None:
+    """The load-time rule and the container planner name the same injecting runtimes."""
+    from torchmpi import container, siterules
+
+    assert set(siterules.INJECTS_CRAY) == set(container.INJECTS_CRAY)

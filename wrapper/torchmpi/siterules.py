@@ -288,6 +288,44 @@ def _mpi_variants(data: dict[str, Any]) -> list[Problem]:
     return []
 
 
+#: Container runtimes whose descriptor binds the host's Cray MPICH (lib-abi-mpich)
+#: and libfabric into the image (NCAR's apptainer bind model, NERSC's podman-hpc
+#: ``--mpi`` and shifter's MPICH module); the same list as
+#: :data:`torchmpi.container.INJECTS_CRAY` (tests/test_site_rules.py checks it).
+INJECTS_CRAY = ("podman-hpc", "shifter", "apptainer")
+
+
+def _container(data: dict[str, Any]) -> list[Problem]:
+    """A ``container.runtime`` the site's MPI or fabric cannot serve.
+
+    Found at load, so every verb refuses the file alike (docs/sites.md: a file
+    one verb accepts no other rejects); `torchmpi container` alone had refused it.
+    """
+    box = data.get("container")
+    if not isinstance(box, dict):
+        return []
+    where = ("container", "runtime")
+    rt, kind, fabric = box.get("runtime"), (data.get("mpi") or {}).get("kind"), data.get("fabric")
+    if rt == "ce" and fabric != "slingshot":
+        return [(where, (
+            f"ce injects CSCS's Slingshot network stack and fabric is {fabric}; allowed:"
+            " podman (nothing injected; the image's own MPI and NCCL)"))]
+    if rt in INJECTS_CRAY and kind != "cray-mpich":
+        return [(where, (
+            f"{rt} injects the host's Cray MPICH (lib-abi-mpich) and libfabric, and mpi.kind"
+            f" is {kind}: the hybrid model with another MPI is not supported here; allowed:"
+            " podman (the image's own MPI), or ce on Slingshot (docs/containers.md)"))]
+    if rt in INJECTS_CRAY and not (data.get("mpi") or {}).get("prefix"):
+        return [(where, (
+            f"{rt} binds Cray MPICH's lib-abi-mpich from mpi.prefix, which the site file"
+            " does not give; allowed: podman, or mpi.prefix"))]
+    if kind == "mpich":
+        return [(where, (
+            "mpi.kind mpich has no container stand-in (cray-mpich, openmpi-cuda and openmpi"
+            " do); allowed: no container key, or one of those MPIs"))]
+    return []
+
+
 def _libfabric(data: dict[str, Any]) -> list[Problem]:
     lib = data.get("libfabric")
     if data.get("fabric") != "slingshot" or not isinstance(lib, dict):
@@ -378,4 +416,4 @@ def _archspec_names() -> set[str]:
 def problems(data: dict[str, Any]) -> list[Problem]:
     """Every mistake of these kinds in a schema-valid site file."""
     return [*_libfabric(data), *_cuda_arch(data), *_compilers(data), *_mpich_version(data),
-            *_mpi_variants(data)]
+            *_mpi_variants(data), *_container(data)]
