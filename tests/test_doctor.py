@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 from doctor_inputs import mapped_at
+from host_tools import path_without
 from mpi_launch import TORCHMPI, job_env
 from torchmpi import doctor
-from torchmpi.doctor import gpu, mpi, nccl, origin, probe, site_env
+from torchmpi.doctor import container, gpu, mpi, nccl, origin, probe, site_env
 from torchmpi.doctor.core import CommandResult, job_nodes
 from torchmpi.doctor.probe import OK_MARK
 
@@ -106,6 +107,115 @@ def test_job_nodes(env, nodes):
     assert job_nodes(env) == nodes
 
 
+# --- the verdicts stack by stack (docs/troubleshooting.md's table) -------------------
+
+#: PyPI torch on a GPU node (issue 30's H200: torch 2.11.0+cu130, NCCL 2.28.9 from the
+#: nvidia-nccl wheel), no MPI backend.
+PIP_TORCH = gpu.TorchInfo(
+    version="2.11.0+cu130", nccl=True, gloo=True, nccl_version="2.28.9", cuda_build="13.0",
+    gpu_count=1,
+    loaded_libs=["/home/ann/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2"])
+PIP_ORIGINS = {"torch": "/home/ann/venv/lib/python3.11/site-packages/torch/__init__.py",
+               "libnccl": PIP_TORCH.loaded_libs[0]}
+#: Perlmutter as its site file has it, with an install tree.
+PERLMUTTER = {"name": "perlmutter", "fabric": "slingshot", "gpu": {},
+              "mpi": {"kind": "cray-mpich", "version": "8.1.28"},
+              "install": {"root": "/pscratch/tm/install"},
+              "container": {"runtime": "podman-hpc"}}
+
+
+def debian_open_mpi_on_path(argv, **_kwargs):
+    """The node's own Open MPI (Debian 4.1.6, no CUDA), which no torch here loads."""
+    if argv[0] == "ompi_info":
+        return CommandResult(0, "ompi:version:full:4.1.6\npath:libdir:/usr/lib/x86_64-linux-"
+                                "gnu/openmpi/lib\nmca:mpi:base:param:mpi_built_with_cuda_"
+                                "support:value:false\n")
+    return None
+
+
+def pip_stack(site: dict | None) -> doctor.Inputs:
+    base = cray_inputs()
+    return doctor.Inputs(
+        torch=PIP_TORCH, env={} if site is None else base.env, runner=debian_open_mpi_on_path,
+        interfaces=["lo", "eth0"], site=site and site_env.SiteExpectation("perlmutter", site, {}),
+        driver=gpu.DriverInfo(1, "13.0", True),
+        probes={"probe.nccl": ok("nccl", "cuda"), "probe.gloo": ok("gloo", "cuda")},
+        plugin_maps={} if site is None else base.plugin_maps, origins=PIP_ORIGINS,
+        container=[doctor.Check("container", "SKIP", "not in a container")])
+
+
+def site_module() -> doctor.Inputs:
+    inputs = cray_inputs()
+    inputs.site = site_env.SiteExpectation("perlmutter", PERLMUTTER, inputs.site.env)
+    inputs.origins = {"torch": "/pscratch/tm/install/py-torch-2.11.0-x/lib/python3.11/"
+                               "site-packages/torch/__init__.py"}
+    inputs.container = [doctor.Check("container", "SKIP", "not in a container")]
+    return inputs
+
+
+def container_without_injection() -> doctor.Inputs:
+    """The site's image under podman-hpc with TORCHMPI_CONTAINER_INJECT=0: every library
+    is the image's own (on the container's root file system)."""
+    inputs = cray_inputs(TORCHMPI_CONTAINER="podman-hpc", TORCHMPI_CONTAINER_INJECT="0")
+    image = {"libmpi.so.12": "/opt/view/lib/libmpi.so.12",
+             "libfabric.so.1": "/opt/view/lib/libfabric.so.1", "libnccl-net.so": None}
+    inputs.torch = gpu.TorchInfo(
+        version="2.11.0", mpi=True, nccl=True, gloo=True, nccl_version="2.27.7",
+        cuda_build="12.2", gpu_count=4, loaded_libs=["/opt/view/lib/libmpi.so.12"])
+    inputs.site = site_env.SiteExpectation("perlmutter", PERLMUTTER, inputs.site.env)
+    inputs.origins = {"torch": "/opt/view/lib/python3.11/site-packages/torch/__init__.py"}
+    inputs.container = container.container_checks(
+        inputs.env, True, True, exists=lambda _path: False, resolve=lambda _names: image,
+        mounts=["/", "/proc", "/pscratch"])
+    return inputs
+
+
+STACKS = {
+    "pip stack, no `--site`": lambda: pip_stack(None),
+    "site module loaded, `--site`": site_module,
+    "pip wheel shadowing the site's torch, `--site`": lambda: pip_stack(PERLMUTTER),
+    "container without injection, `--site`": container_without_injection,
+}
+
+
+def verdict_table() -> tuple[list[str], dict[str, list[str]]]:
+    """docs/troubleshooting.md's table: the check names, and each stack's row."""
+    text = (ROOT / "docs" / "troubleshooting.md").read_text()
+    section = text.split("## The verdicts stack by stack", 1)[1].split("\n## ", 1)[0]
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in section.splitlines() if line.startswith("|")]
+    names = [cell.strip("`") for cell in rows[0][1:]]
+    return names, {row[0]: row[1:] for row in rows[2:]}
+
+
+def test_the_mpi_the_probe_child_maps_is_judged():
+    """The MPI probe prints the MPI libraries it mapped after MPI_Init; mpi.implementation
+    judges those, like the plugin check judges what its child mapped."""
+    lib = "/opt/cray/pe/mpich/8.1.28/ofi/gnu/12.3/lib/libmpi_gnu_123.so.12"
+    run = CommandResult(0, f"{probe.MAP_MARK} {lib}\n{OK_MARK} mpi cpu world=1\n")
+    assert probe.mapped_mpi(run) == [lib] and probe.judge("probe.mpi", run).status == "PASS"
+    inputs = site_module()
+    inputs.torch = gpu.TorchInfo(**{**vars(CRAY_TORCH), "loaded_libs": []})
+    inputs.mpi_libs = probe.mapped_mpi(run)
+    check = next(c for c in doctor.run_checks(inputs) if c.name == "mpi.implementation")
+    assert check.status == "PASS" and "libmpi_gnu_123.so.12" in check.detail
+
+
+def test_troubleshooting_table_is_what_the_doctor_says_stack_by_stack():
+    """Issue 30: one row per stack; a check the report does not print is '–'."""
+    names, rows = verdict_table()
+    assert set(rows) == set(STACKS), set(rows) ^ set(STACKS)
+    for stack, build in STACKS.items():
+        got = statuses(build())
+        assert [got.get(name, "–") for name in names] == rows[stack], stack
+
+
+def test_pip_stack_fails_once_with_one_fix():
+    """Without --site a pip torch + pip NCCL is a coherent stack: one FAIL, backend.mpi."""
+    checks = doctor.run_checks(pip_stack(None))
+    assert [c.name for c in checks if c.status in ("FAIL", "WARN")] == ["backend.mpi"]
+
+
 # --- the CLI on this machine ----------------------------------------------------------
 
 
@@ -121,8 +231,10 @@ def test_doctor_cli_on_this_machine():
     assert proc.returncode == 1, proc.stderr
     checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
     assert checks["backend.mpi"]["status"] == "FAIL" and checks["backend.mpi"]["fix"]
-    assert checks["mpi.implementation"]["detail"].startswith("Open MPI")
-    assert "not CUDA-aware" in checks["mpi.cuda_aware"]["detail"]
+    # Debian's Open MPI is on PATH, but this torch loads no MPI (issue 30)
+    assert checks["mpi.implementation"]["status"] == "SKIP"
+    assert "no MPI backend" in checks["mpi.implementation"]["detail"]
+    assert checks["mpi.cuda_aware"]["status"] == "SKIP"
     # derecho is a GPU site: FAIL on a host without a GPU, PASS on a lent GPU machine
     assert checks["gpu"]["status"] == ("PASS" if gpu.probe_torch().gpu_count else "FAIL")
     assert checks["probe.gloo"]["status"] == "PASS"  # the real one-rank gloo all-reduce
@@ -130,6 +242,23 @@ def test_doctor_cli_on_this_machine():
     assert checks["nccl.network"]["status"] == "FAIL"  # socket fallback on a Slingshot site
     assert checks["site.env"]["status"] == "FAIL"
     assert "NCCL_CROSS_NIC" not in checks["site.env"]["detail"]  # that one is set
+
+
+def test_pip_stack_without_a_site_gets_one_verdict_and_one_fix(tmp_path):
+    """Issue 30: the pip torch (no MPI backend) with Debian's Open MPI on PATH and no
+    --site: backend.mpi is the one FAIL; mpi.*, probe.mpi and site.prefix SKIP.  The
+    GPU check reads nvidia-smi, so it is hidden: the verdicts must not depend on
+    whether this host has a CUDA driver."""
+    path = path_without(tmp_path / "bin", "nvidia-smi", path=job_env()["PATH"])
+    proc = doctor_cli("--json", PATH=path)
+    assert proc.returncode == 1, proc.stderr
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    failed = [n for n, c in checks.items() if c["status"] == "FAIL"]
+    assert failed == ["backend.mpi"], failed
+    assert "pip" in checks["backend.mpi"]["fix"]
+    for name in ("mpi.implementation", "mpi.cuda_aware", "probe.mpi", "site.prefix"):
+        assert checks[name]["status"] == "SKIP", checks[name]
+    assert "no site given" in checks["site.prefix"]["detail"]
 
 
 def test_doctor_cli_table_and_site_mismatch(tmp_path):
@@ -228,8 +357,12 @@ def failure_catalogue() -> list:
         gpu.check_gpu(cpu, gpu.DriverInfo(4, "12.8", True), True),
         gpu.check_gpu(cpu, gpu.DriverInfo(4, "12.2", True), True),
         mpi.check_mpi_implementation(mpi.MpiInfo(None)),
-        mpi.check_openmpi_cuda_aware(mpi.MpiInfo("openmpi"),
-                                     lambda _a, **_k: CommandResult(0, ompi_false), 4),
+        mpi.check_mpi_implementation(
+            mpi.MpiInfo("openmpi", "4.1.6", "loaded: /usr/lib/x86_64-linux-gnu/libmpi.so.40"),
+            None, {"name": "perlmutter", "mpi": {"kind": "cray-mpich", "version": "8.1.28"}}),
+        mpi.check_openmpi_cuda_aware(mpi.MpiInfo("openmpi", ompi_all=ompi_false), 4),
+        mpi.check_openmpi_cuda_aware(mpi.MpiInfo("openmpi", library="/sw/openmpi/lib/"
+                                                 "libmpi.so.40"), 4),
         mpi.check_cray_gpu_support(cray, {"MPICH_GPU_SUPPORT_ENABLED": "1"}, ""),
         mpi.check_cray_gpu_support(cray, {}, "libmpi_gtl_cuda.so"),
         mpi.check_cray_gpu_support(cray, {"MPICH_GPU_SUPPORT_ENABLED": "yes"},
@@ -276,7 +409,7 @@ def failure_catalogue() -> list:
             {"install": {"root": "/glade/work/$user/torchmpi/derecho/install"}}, {"USER": "ann"}),
         origin.check_site_prefix(
             {"libnccl": "/home/ann/venv/lib/python3.11/site-packages/nvidia/nccl/lib/"
-                        "libnccl.so.2"}, None, {}),
+                        "libnccl.so.2"}, {"name": "generic-ib"}, {}),
     ]
 
 

@@ -50,16 +50,46 @@ def test_torch_inside_the_site_tree_passes(tmp_path):
     assert check["status"] == PASS, check
 
 
-def test_nccl_from_the_pip_wheel_fails_without_a_site():
-    found = {"torch": "/sw/torch/__init__.py",
-             "libnccl": "/home/u/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2"}
-    check = check_site_prefix(found, None, {})
+WHEEL_NCCL = {"torch": "/sw/torch/__init__.py",
+              "libnccl": "/home/u/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2"}
+
+
+def test_without_a_site_there_is_nothing_to_replace():
+    """Issue 30: no --site, pip torch + pip NCCL: a coherent stack, not 'a pip install
+    replaced the site's package'."""
+    check = check_site_prefix(WHEEL_NCCL, None, {})
+    assert check.status == SKIP and check.detail.startswith("no site given")
+    assert check_site_prefix({"torch": "/x/torch/__init__.py"}, None, {}).status == SKIP
+    assert check_site_prefix({}, None, {}).status == SKIP
+
+
+def test_nccl_from_the_pip_wheel_fails_under_a_site_without_install_root():
+    check = check_site_prefix(WHEEL_NCCL, {"name": "generic-ib"}, {})
     assert check.status == FAIL and "libnccl from a pip wheel" in check.detail
 
 
-def test_without_site_root_it_is_skipped_not_passed():
-    assert check_site_prefix({"torch": "/x/torch/__init__.py"}, None, {}).status == SKIP
-    assert check_site_prefix({}, None, {}).status == SKIP
+def test_a_site_without_install_root_says_so_not_give_site():
+    """Issue 31 point 9: --site was given; what is missing is the site's install.root."""
+    check = check_site_prefix({"torch": "/x/torch/__init__.py"}, {"name": "generic-ib"}, {})
+    assert check.status == SKIP and "give --site" not in check.detail
+    assert "site generic-ib states no install.root" in check.detail
+
+
+def test_a_site_without_install_root_on_the_command_line():
+    proc = subprocess.run([TORCHMPI, "doctor", "--json", "--no-probe", "--site", "generic-ib"],
+                          env=job_env(), capture_output=True, text=True, timeout=300,
+                          check=False)
+    check = next(c for c in json.loads(proc.stdout)["checks"] if c["name"] == "site.prefix")
+    assert check["status"] == SKIP and "give --site" not in check["detail"], check
+    assert "generic-ib states no install.root" in check["detail"]
+
+
+def test_in_a_torchmpi_image_torch_is_the_images():
+    site = {"name": "perlmutter", "install": {"root": "/pscratch/tm/install"}}
+    image = {"torch": "/opt/view/lib/python3.11/site-packages/torch/__init__.py"}
+    check = check_site_prefix(image, site, {"TORCHMPI_CONTAINER": "podman-hpc"})
+    assert check.status == SKIP and "container.*" in check.detail
+    assert check_site_prefix(image, site, {}).status == FAIL
 
 
 @pytest.mark.parametrize(("root", "env", "want"), [

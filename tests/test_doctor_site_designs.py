@@ -44,13 +44,16 @@ def ok(backend: str, device: str) -> CommandResult:
 
 
 def ompi_info(argv, **_kwargs) -> CommandResult | None:
-    """Recorded ``ompi_info`` of a CUDA-aware Open MPI (openmpi-cuda); nothing else exists."""
-    if argv[:1] == ["ompi_info"]:
-        if "--all" in argv:
-            return CommandResult(
-                0, "mca:mpi:base:param:mpi_built_with_cuda_support:value:true\n")
-        return CommandResult(0, "Open MPI v4.1.6\n")
+    """Recorded ``ompi_info`` of a CUDA-aware Open MPI (openmpi-cuda) installed in
+    :data:`OPENMPI_CUDA`, beside its library; nothing else exists."""
+    if argv[:1] == [f"{OPENMPI_CUDA}/bin/ompi_info"] and "--all" in argv:
+        return CommandResult(0, f"ompi:version:full:4.1.6\npath:libdir:{OPENMPI_CUDA}/lib\n"
+                                "mca:mpi:base:param:mpi_built_with_cuda_support:value:true\n")
     return None
+
+
+#: Where the Spack-built openmpi-cuda of an Open MPI site lives.
+OPENMPI_CUDA = "/sw/openmpi-4.1.6-cudaxyz"
 
 
 def design_job(name: str) -> doctor.Inputs:
@@ -72,7 +75,7 @@ def design_job(name: str) -> doctor.Inputs:
         if cuda_aware and has_gpu:
             libs.append(f"{prefix}/../../gtl/lib/libmpi_gtl_cuda.so.0")
     else:
-        libs = ["/usr/lib/x86_64-linux-gnu/libmpi.so.40"]
+        libs = [f"{OPENMPI_CUDA}/lib/libmpi.so.40"]
     fabric = data.get("fabric")
     maps = None
     log = None
@@ -136,6 +139,8 @@ def test_site_design_gives_a_consistent_report_without_failure(name):
     assert contradictions(checks) == [], table
     assert [c.name for c in checks if c.status == FAIL] == [], table
     assert doctor.exit_status(checks) == 0, table
+    implementation = next(c for c in checks if c.name == "mpi.implementation")
+    assert implementation.status == PASS and "the site's MPI" in implementation.detail, table
 
 
 def test_alps_reports_cuda_over_mpi_as_the_sites_choice():
@@ -199,13 +204,9 @@ def test_gather_does_not_start_the_cuda_mpi_probe_where_the_design_says_nccl():
 def test_open_mpi_without_cuda_is_no_failure_where_the_design_says_nccl():
     from torchmpi.doctor import mpi
 
-    recorded = {"--all": "mca:mpi:base:param:mpi_built_with_cuda_support:value:false\n"}
-
-    def runner(argv, **_kwargs):
-        return CommandResult(0, recorded["--all"]) if "--all" in argv else None
-
-    found = mpi.MpiInfo("openmpi", "4.1.6", "loaded")
-    assert mpi.check_openmpi_cuda_aware(found, runner, 4).status == FAIL
+    parsable = "mca:mpi:base:param:mpi_built_with_cuda_support:value:false\n"
+    found = mpi.MpiInfo("openmpi", "4.1.6", "loaded", ompi_all=parsable)
+    assert mpi.check_openmpi_cuda_aware(found, 4).status == FAIL
     design = "the site routes CUDA tensors through NCCL (mpi.cuda_aware: false)"
-    check = mpi.check_openmpi_cuda_aware(found, runner, 4, design)
+    check = mpi.check_openmpi_cuda_aware(found, 4, design)
     assert check.status == PASS and "as designed" in check.detail

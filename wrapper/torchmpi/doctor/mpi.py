@@ -1,9 +1,11 @@
-"""Which MPI is in the process, and whether it can carry CUDA tensors.
+"""Which MPI torch loads, and whether it can carry CUDA tensors.
 
 The MPI is identified by the libraries the torch import really loaded (or,
-failing that, what ``libtorch_cpu.so`` links), not by what happens to be on
+failing that, what ``libtorch_cpu.so`` links), never by what happens to be on
 ``PATH``: a login shell often has a different MPI module than the one torch was
-built against.  Cray MPICH names its library after the compiler family it was
+built against, and a pip torch has no MPI at all (its verdict is backend.mpi's,
+once).  Open MPI's version and CUDA support come from the ``ompi_info`` of that
+same installation.  Cray MPICH names its library after the compiler family it was
 built for, so all of these are Cray MPICH (HPE Cray PE ``/opt/cray/pe/lib64``):
 ``libmpi_cray.so.12`` (CCE), ``libmpi_gnu_<ver>.so.12`` (GNU, e.g. ``_123`` for
 GCC 12.3 -- every shipped site uses gcc), ``libmpi_intel*``, ``libmpi_aocc*``,
@@ -12,9 +14,11 @@ GCC 12.3 -- every shipped site uses gcc), ``libmpi_intel*``, ``libmpi_aocc*``,
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from torchmpi.doctor.core import FAIL, PASS, SKIP, WARN, Check, Runner
 
@@ -31,12 +35,14 @@ _CRAY_FLAVOURS = {"cray": "CCE", "gnu": "GNU", "intel": "Intel", "aocc": "AOCC",
 
 @dataclass
 class MpiInfo:
-    """The MPI found: kind (openmpi | mpich | cray-mpich | None), version, how we know."""
+    """The MPI torch loads: kind (openmpi | mpich | cray-mpich | None), version, how we know."""
 
     kind: str | None
     version: str = ""
     source: str = ""
     library: str = ""  # the file that told us, when a library did
+    #: ``ompi_info --parsable --all`` of *that* Open MPI ("" when none was found)
+    ompi_all: str = ""
 
 
 def classify_libraries(names: Iterable[str]) -> tuple[str, str] | None:
@@ -53,6 +59,11 @@ def classify_libraries(names: Iterable[str]) -> tuple[str, str] | None:
     return None
 
 
+def library_path(name: str) -> str:
+    """The file of a maps path or an ``ldd`` line (``libmpi.so.40 => /x/libmpi.so.40 (0x..)``)."""
+    return name.split("=>", 1)[1].split()[0] if "=>" in name else name.split()[0]
+
+
 def _cray_flavour(library: str) -> str:
     match = re.search(r"libmpi_([a-z]+)(?:_(\d+))?", library)
     if not match:
@@ -66,47 +77,123 @@ def _path_version(library: str) -> str:
     return match.group(1) if match else ""
 
 
+def _beside(library: str, tool: str) -> list[str]:
+    """``<prefix>/bin/<tool>`` for the library's directory and its real directory."""
+    dirs = (os.path.dirname(library), os.path.dirname(os.path.realpath(library)))
+    return list(dict.fromkeys(os.path.join(os.path.dirname(d), "bin", tool) for d in dirs))
+
+
+def same_open_mpi(parsable: str, library: str) -> bool:
+    """Is ``library`` the libmpi of the Open MPI whose ``ompi_info --parsable`` this is?
+
+    Its ``path:libdir`` must hold that very file (symlinks resolved): Debian's
+    ``/usr/lib/<triplet>/openmpi/lib/libmpi.so`` links to the ``libmpi.so.40`` one
+    directory up, which is what a process maps.
+    """
+    match = re.search(r"^path:libdir:(.+)$", parsable, re.MULTILINE)
+    if not match:
+        return False
+    libdir, real = match.group(1).strip(), os.path.realpath(library)
+    if os.path.realpath(libdir) == os.path.dirname(real):
+        return True
+    names = {"libmpi.so", "libmpi.so.40", os.path.basename(library)}
+    return any(os.path.realpath(os.path.join(libdir, n)) == real for n in names)
+
+
+def _own_ompi_info(library: str, runner: Runner) -> tuple[str, str]:
+    """(ompi_info used, its ``--parsable --all``) for *this* Open MPI, or ("", "").
+
+    The one beside the library first, then the one on ``PATH`` -- accepted only
+    when its libdir holds the library: an Open MPI module on ``PATH`` that torch
+    does not load must not speak for the one it does.
+    """
+    for tool in (*_beside(library, "ompi_info"), "ompi_info"):
+        result = runner([tool, "--parsable", "--all"])
+        if result is not None and result.returncode == 0 and same_open_mpi(result.stdout,
+                                                                            library):
+            return tool, result.stdout
+    return "", ""
+
+
 def identify_mpi(runner: Runner, env: Mapping[str, str], torch_ldd: str = "",
                  loaded: Iterable[str] = ()) -> MpiInfo:
-    """Which MPI: loaded libraries, then torch's links, then Cray's module, then PATH tools."""
+    """The MPI torch loads: the libraries mapped, else those libtorch_cpu.so links.
+
+    Nothing else counts: an MPI module or ``mpirun`` on ``PATH`` says nothing
+    about what torch uses (a pip torch uses none).  A version comes from the
+    library's path (Cray) or from that same installation's tool.
+    """
     found = classify_libraries(loaded)
     how = "loaded"
     if found is None:
         found = classify_libraries(torch_ldd.splitlines())
         how = "linked into libtorch_cpu.so"
-    kind, library = found if found else (None, "")
-    if kind is None and (env.get("CRAY_MPICH_VERSION") or env.get("CRAY_MPICH_DIR")):
-        return MpiInfo("cray-mpich", env.get("CRAY_MPICH_VERSION", ""),
-                       "cray-mpich module (no MPI library loaded by torch)")
+    if found is None:
+        return MpiInfo(None)
+    kind, library = found[0], library_path(found[1])
+    lib = library.rsplit("/", 1)[-1]
     if kind == "cray-mpich":
         version = _path_version(library) or env.get("CRAY_MPICH_VERSION", "")
         flavour = _cray_flavour(library)
-        lib = library.split()[0].rsplit("/", 1)[-1]
         return MpiInfo(kind, version, f"{how}: {lib}" + (f", {flavour} build" if flavour else ""),
                        library)
-    ompi = runner(["ompi_info", "--version"]) if kind in (None, "openmpi") else None
-    if ompi is not None and ompi.returncode == 0:
-        match = re.search(r"Open MPI v?(\S+)", ompi.stdout)
-        source = f"{how} + ompi_info" if kind else "ompi_info on PATH"
-        return MpiInfo("openmpi", match.group(1) if match else "", source, library)
-    mpich = runner(["mpichversion"]) if kind in (None, "mpich") else None
-    if mpich is not None and mpich.returncode == 0:
-        match = re.search(r"MPICH Version:\s*(\S+)", mpich.stdout)
-        source = f"{how} + mpichversion" if kind else "mpichversion on PATH"
-        return MpiInfo("mpich", match.group(1) if match else "", source, library)
-    if kind:
-        return MpiInfo(kind, "", how, library)
-    return MpiInfo(None)
+    if kind == "openmpi":
+        tool, parsable = _own_ompi_info(library, runner)
+        match = re.search(r"^ompi:version:full:(\S+)", parsable, re.MULTILINE)
+        source = f"{how}: {library}" + (f", {tool}" if tool else "")
+        return MpiInfo(kind, match.group(1) if match else "", source, library, parsable)
+    for tool in _beside(library, "mpichversion"):
+        result = runner([tool])
+        match = re.search(r"MPICH Version:\s*(\S+)", result.stdout) if result else None
+        if result is not None and result.returncode == 0 and match:
+            return MpiInfo(kind, match.group(1), f"{how}: {library}, {tool}", library)
+    return MpiInfo(kind, "", f"{how}: {library}", library)
 
 
-def check_mpi_implementation(mpi: MpiInfo) -> Check:
+_NAMES = {"openmpi": "Open MPI", "mpich": "MPICH", "cray-mpich": "Cray MPICH"}
+#: Site ``mpi.kind`` -> the kind of library it puts in the process.
+_SITE_KINDS = {"openmpi-cuda": "openmpi"}
+MISMATCH_FIX = ("use the torch built for the site: load its py-torch-mpi module, or start the "
+                "container through the descriptor of `torchmpi container SITE` with injection "
+                "on (the host's MPI first on the library path)")
+
+
+def check_mpi_implementation(mpi: MpiInfo, no_backend: str | None = None,
+                             site: Mapping[str, Any] | None = None,
+                             container: str | None = None) -> Check:
+    """The MPI torch loads, against the site's when one is given.
+
+    ``no_backend``: why there is no MPI to judge (torch does not import, or has no
+    MPI backend: backend.mpi says so, once).  ``container``: the runtime this runs
+    in, if any.  In a container of a site whose runtime is CSCS's Container Engine
+    the image's MPICH is the site's design ("CSCS injects no Cray MPICH into
+    containers", docs/containers.md); anywhere else the host's MPI must be there.
+    """
+    name = "mpi.implementation"
+    if no_backend:
+        return Check(name, SKIP, f"{no_backend}: no MPI library to judge")
     if mpi.kind is None:
-        return Check("mpi.implementation", FAIL,
-                     "no MPI found (not loaded by torch; no ompi_info/mpichversion on PATH)",
-                     "load the site's MPI module (the one py-torch-mpi was built with)")
-    names = {"openmpi": "Open MPI", "mpich": "MPICH", "cray-mpich": "Cray MPICH"}
+        return Check(name, WARN,
+                     "torch has an MPI backend but maps no MPI library the doctor knows "
+                     "(none loaded, none linked into libtorch_cpu.so)",
+                     "run ldd on torch/lib/libtorch_cpu.so and report the MPI it names")
     version = f" {mpi.version}" if mpi.version else ""
-    return Check("mpi.implementation", PASS, f"{names[mpi.kind]}{version} (from {mpi.source})")
+    seen = f"{_NAMES[mpi.kind]}{version} (from {mpi.source})"
+    site = site or {}
+    site_mpi = site.get("mpi") or {}
+    want = _SITE_KINDS.get(site_mpi.get("kind"), site_mpi.get("kind"))
+    if want not in _NAMES:
+        return Check(name, PASS, seen)
+    runtime = (site.get("container") or {}).get("runtime")
+    if (container and runtime == "ce" and (want, mpi.kind) == ("cray-mpich", "mpich")):
+        return Check(name, PASS, f"{seen}: the image's MPICH, as the site's Container Engine "
+                                 "runs it (no Cray MPICH is injected there)")
+    if want != mpi.kind:
+        wanted = _NAMES[want] + (f" {site_mpi['version']}" if site_mpi.get("version") else "")
+        where = f" in a container ({container})" if container else ""
+        return Check(name, FAIL, f"torch loads {seen}{where}, not the site's MPI "
+                                 f"({site.get('name', 'site')}: {wanted})", MISMATCH_FIX)
+    return Check(name, PASS, f"{seen}: the site's MPI")
 
 
 _CUDA_SUPPORT = re.compile(
@@ -120,17 +207,23 @@ def openmpi_cuda_support(ompi_info_all: str) -> bool | None:
     return None if match is None else match.group(1) == "true"
 
 
-def check_openmpi_cuda_aware(mpi: MpiInfo, runner: Runner, gpu_count: int,
-                             design: str | None = None) -> Check:
-    """Open MPI's CUDA support; not a failure where ``design`` routes CUDA tensors via NCCL."""
+def check_openmpi_cuda_aware(mpi: MpiInfo, gpu_count: int, design: str | None = None,
+                             no_backend: str | None = None) -> Check:
+    """The CUDA support of the Open MPI torch loads, read from that Open MPI's ompi_info;
+    not a failure where ``design`` routes CUDA tensors via NCCL."""
     name = "mpi.cuda_aware"
+    if no_backend:
+        return Check(name, SKIP, f"{no_backend}: no MPI to carry CUDA tensors")
     if mpi.kind != "openmpi":
         return Check(name, SKIP, "not Open MPI (see mpi.cray_gpu for Cray MPICH)")
-    result = runner(["ompi_info", "--parsable", "--all"])
-    aware = openmpi_cuda_support(result.stdout) if result is not None else None
+    aware = openmpi_cuda_support(mpi.ompi_all)
     if aware is None:
-        return Check(name, WARN, "could not read mpi_built_with_cuda_support from ompi_info",
-                     "run: ompi_info --parsable --all | grep mpi_built_with_cuda_support")
+        why = ("no ompi_info of that Open MPI (none beside it; the one on PATH, if any, is "
+               "another installation's)") if not mpi.ompi_all else "no such field in its ompi_info"
+        return Check(name, WARN, f"could not read mpi_built_with_cuda_support of "
+                                 f"{mpi.library or 'the Open MPI torch loads'}: {why}",
+                     "put that Open MPI's bin directory first on PATH (load its module) and "
+                     "run the doctor again")
     if aware:
         return Check(name, PASS, "Open MPI is CUDA-aware (mpi_built_with_cuda_support=true)")
     detail = ("Open MPI is not CUDA-aware (mpi_built_with_cuda_support=false): "
@@ -153,9 +246,14 @@ def gtl_linked(torch_ldd: str, env: Mapping[str, str], loaded: Iterable[str] = (
 
 
 def check_cray_gpu_support(mpi: MpiInfo, env: Mapping[str, str], torch_ldd: str,
-                           loaded: Iterable[str] = ()) -> Check:
-    """Cray MPICH needs GTL in the process *and* MPICH_GPU_SUPPORT_ENABLED=1, or neither."""
+                           loaded: Iterable[str] = (), no_backend: str | None = None) -> Check:
+    """Cray MPICH needs GTL in the process *and* MPICH_GPU_SUPPORT_ENABLED=1, or neither.
+
+    ``no_backend``: why torch has no MPI (then the switch concerns no MPI it loads).
+    """
     name = "mpi.cray_gpu"
+    if no_backend:
+        return Check(name, SKIP, f"{no_backend}: no MPI to carry CUDA tensors")
     value = env.get(GPU_SWITCH)
     if mpi.kind != "cray-mpich" and value is None:
         return Check(name, SKIP, "not Cray MPICH")

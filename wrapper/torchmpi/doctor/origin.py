@@ -10,8 +10,8 @@ Two signs, either enough for FAIL:
 * a file under the site's install tree is expected (``--site``: the site file's
   ``install.root``, Spack's ``$user`` and environment variables expanded); one
   outside it is someone else's;
-* NCCL loaded from ``site-packages/nvidia/nccl/`` is the PyPI wheel's whatever
-  the site (the layout of NVIDIA's ``nvidia-nccl-cu12`` wheel, which PyPI torch
+* NCCL loaded from ``site-packages/nvidia/nccl/`` is the PyPI wheel's, whatever
+  the site's install tree (the layout of NVIDIA's ``nvidia-nccl-cu12`` wheel, which PyPI torch
   depends on).
 """
 
@@ -58,10 +58,22 @@ def install_root(site_data: Mapping[str, Any] | None, env: Mapping[str, str]) ->
 
 def check_site_prefix(found: Mapping[str, str | None], site_data: Mapping[str, Any] | None,
                       env: Mapping[str, str]) -> Check:
-    """FAIL when torch, mpi4py or NCCL is a pip wheel's or lies outside the site's install tree."""
+    """FAIL when torch, mpi4py or NCCL is a pip wheel's or lies outside the site's install tree.
+
+    Only against a site: without one there is no "site's package" to be replaced
+    (a pip torch with pip NCCL is a coherent stack; backend.mpi judges its lack of
+    MPI), and in a torchmpi image torch is the image's by design.
+    """
     present = {k: v for k, v in found.items() if v}
     if not present:
         return Check(NAME, SKIP, "neither torch, mpi4py nor libnccl found in this process")
+    listed = ", ".join(f"{name} {path}" for name, path in present.items())
+    if site_data is None:
+        return Check(NAME, SKIP, f"no site given (--site NAME or FILE): {listed}")
+    image = env.get("TORCHMPI_CONTAINER")
+    if image:
+        return Check(NAME, SKIP, f"in a torchmpi container ({image}): torch is the image's; "
+                                 "container.* say whether the host's libraries were injected")
     wheel = [f"libnccl from a pip wheel ({present['libnccl']})"
              for _ in [0] if _WHEEL_NCCL.search(present.get("libnccl") or "")]
     root = install_root(site_data, env)
@@ -74,8 +86,7 @@ def check_site_prefix(found: Mapping[str, str | None], site_data: Mapping[str, A
     if wheel or outside:
         where = f" (the site installs under {root})" if outside else ""
         return Check(NAME, FAIL, "; ".join(wheel + outside) + where, FIX)
-    listed = ", ".join(f"{name} {path}" for name, path in present.items())
     if root is None:
-        return Check(NAME, SKIP, f"{listed}; give --site (with install.root) to compare them "
-                                 "with the site's install tree")
+        return Check(NAME, SKIP, f"site {site_data.get('name', '')} states no install.root, "
+                                 f"so there is no install tree to compare with: {listed}")
     return Check(NAME, PASS, f"under {root}: {listed}")

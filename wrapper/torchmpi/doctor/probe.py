@@ -22,6 +22,9 @@ from torchmpi.doctor.core import FAIL, PASS, SKIP, Check, CommandResult, Runner
 from torchmpi.doctor.gpu import TorchInfo
 
 OK_MARK = "TORCHMPI-PROBE OK"
+#: Before it, the MPI probe prints the MPI libraries it mapped after MPI_Init, one per
+#: line: what torch really runs on (mpi.implementation judges these).
+MAP_MARK = "TORCHMPI-PROBE MAPPED"
 
 #: One rank, one all-reduce.  MPI: a singleton (no launcher variables), the
 #: others: a TCP store on loopback.  Prints OK_MARK only if the sum is right.
@@ -44,9 +47,15 @@ if device == 'cuda':
     torch.cuda.synchronize()
 n = dist.get_world_size()
 assert t.tolist() == [3.0 * n] * 4, 'wrong all-reduce result %s' % t.tolist()
+if backend == 'mpi':
+    with open('/proc/self/maps') as maps:
+        libs = {p[5].strip() for p in (line.split(None, 5) for line in maps) if len(p) == 6}
+    for lib in sorted(libs):
+        if os.path.basename(lib).startswith(('libmpi', 'libopen-', 'libmpich')):
+            print('@MAP@ ' + lib, flush=True)
 print('@OK@ %s %s world=%d' % (backend, device, n), flush=True)
 dist.destroy_process_group()
-""".replace("@OK@", OK_MARK)
+""".replace("@OK@", OK_MARK).replace("@MAP@", MAP_MARK)
 
 #: Launcher variables a child must not inherit: it is a world of one, not a rank.
 #: Open MPI's own settings (OMPI_MCA_btl, OMPI_ALLOW_RUN_AS_ROOT, ...) stay; what
@@ -67,6 +76,14 @@ def probe_env(env: Mapping[str, str], **extra: str) -> dict[str, str]:
         child.pop("NCCL_DEBUG_FILE", None)  # the log must reach the output the doctor reads
     child.update(extra)
     return child
+
+
+def mapped_mpi(result: CommandResult | None) -> list[str]:
+    """The MPI libraries a probe child reported mapping (none if it did not get that far)."""
+    if result is None:
+        return []
+    return [line.split(MAP_MARK, 1)[1].strip() for line in result.stdout.splitlines()
+            if line.startswith(MAP_MARK)]
 
 
 def error_text(output: str) -> str:

@@ -34,6 +34,8 @@ class Inputs:
     plugin_maps: Mapping[str, nccl.Mapped] | None = None
     origins: Mapping[str, str | None] | None = None  # torch, mpi4py, libnccl files in use
     container: list[Check] | None = None  # doctor.container's checks, gathered (None: none)
+    #: the MPI libraries the MPI probe child mapped after MPI_Init (:func:`probe.mapped_mpi`)
+    mpi_libs: list[str] | None = None
 
 
 def torch_ldd(info: gpu.TorchInfo, runner: Runner) -> str:
@@ -69,10 +71,17 @@ def gather(site: str | None = None, nccl_log: str | None = None, run_probes: boo
             kind = "cray-mpich"
         design = probe.cuda_over_mpi_off(env, expectation.data if expectation else None, kind)
         inputs.probes = probe.run_all(info, runner, env, design)
+        inputs.mpi_libs = probe.mapped_mpi(inputs.probes.get("probe.mpi"))
         nccl_run = inputs.probes.get("probe.nccl")
         if inputs.nccl_log is None and nccl_run is not None:
             inputs.nccl_log = nccl_run.stdout
     return inputs
+
+
+def in_container(checks: list[Check] | None) -> str | None:
+    """The runtime the gathered ``container`` check found this process in (None: not in one)."""
+    return next((c.detail.removeprefix("in a container: ") for c in checks or []
+                 if c.name == "container" and c.status == core.PASS), None)
 
 
 def run_checks(inputs: Inputs) -> list[Check]:
@@ -80,7 +89,11 @@ def run_checks(inputs: Inputs) -> list[Check]:
     site_data = inputs.site.data if inputs.site else None
     nodes = core.job_nodes(env)
     slingshot = nccl.on_slingshot(site_data, inputs.interfaces)
-    found = mpi.identify_mpi(inputs.runner, env, inputs.torch_ldd, info.loaded_libs)
+    found = mpi.identify_mpi(inputs.runner, env, inputs.torch_ldd,
+                             [*(inputs.mpi_libs or []), *info.loaded_libs])
+    no_backend = ("torch does not import" if info.import_error else
+                  None if info.mpi else "this torch has no MPI backend (see backend.mpi)")
+    where = in_container(inputs.container)
     plugin = nccl.plugin_from_maps(inputs.plugin_maps or {}, inputs.nccl_log)
     gpu_site = isinstance((site_data or {}).get("gpu"), dict)
     design = probe.cuda_over_mpi_off(env, site_data, found.kind)
@@ -90,9 +103,10 @@ def run_checks(inputs: Inputs) -> list[Check]:
         gpu.check_backend_nccl(info),
         gpu.check_backend_gloo(info),
         gpu.check_gpu(info, inputs.driver or gpu.DriverInfo(), gpu_site),
-        mpi.check_mpi_implementation(found),
-        mpi.check_openmpi_cuda_aware(found, inputs.runner, info.gpu_count, design),
-        mpi.check_cray_gpu_support(found, env, inputs.torch_ldd, info.loaded_libs),
+        mpi.check_mpi_implementation(found, no_backend, site_data, where),
+        mpi.check_openmpi_cuda_aware(found, info.gpu_count, design, no_backend),
+        mpi.check_cray_gpu_support(found, env, inputs.torch_ldd, info.loaded_libs,
+                                   no_backend),
         *probe.probe_checks(info, inputs.probes, design),
         nccl.check_nccl_plugin(env, plugin, slingshot, nodes, info.nccl),
         nccl.check_socket_ifname(env, inputs.interfaces),
