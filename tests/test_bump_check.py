@@ -124,3 +124,41 @@ def test_text_report(bumped: Path, capsys) -> None:
     assert rc == 1
     assert "mpi.prefix: /opt/cray/pe/mpich/8.1.27/ofi/gnu/9.1 missing" in out
     assert "    offered: /opt/cray/pe/mpich/8.1.29/ofi/gnu/9.1" in out
+
+
+def _script(path: Path, banner: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\necho '{banner}'\n")
+    path.chmod(0o755)
+
+
+def test_version_drift_of_externals_at_usr(bumped: Path, capsys) -> None:
+    """/usr is always there, so a missing path never shows an OS update: Derecho's
+    tar@1.34 at /usr now reports 1.35 (the stand-in's tools print what GNU's do),
+    found by Spack's own detection (``spack external find --path``), at the line
+    of the external's spec; m4 and diffutils, unchanged, are not listed."""
+    usr = bumped / "usr" / "bin"
+    _script(usr / "tar", "tar (GNU tar) 1.35")
+    _script(usr / "m4", "m4 (GNU M4) 1.4.18")
+    _script(usr / "diff", "diff (GNU diffutils) 3.6")
+    rc, report = _run(capsys, "derecho", "--root", str(bumped), "--no-modules")
+    assert rc == 1 and report["versions_checked"]
+    found = _by_key(report)
+    drift = [f for f in found.values() if f["kind"] == "version"]
+    assert [f["named"] for f in drift] == ["tar@1.34"], drift
+    tar = drift[0]
+    assert tar["problem"] == "/usr has tar@1.35 (spack external find)"
+    assert tar["offered"] == ["tar@1.35"]
+    assert tar["key"].endswith(".spec") and tar["key"].startswith("externals[")
+    line = Path(tar["file"]).read_text().splitlines()[tar["line"] - 1]
+    assert "tar@1.34" in line, line
+    assert main(["bump-check", "derecho", "--root", str(bumped), "--no-modules"]) == 1
+    assert "/usr has tar@1.35" in capsys.readouterr().out
+
+
+def test_no_versions_flag_skips_detection(bumped: Path, capsys) -> None:
+    _script(bumped / "usr" / "bin" / "tar", "tar (GNU tar) 1.35")
+    rc, report = _run(capsys, "derecho", "--root", str(bumped), "--no-modules",
+                      "--no-versions")
+    assert rc == 1 and not report["versions_checked"]  # (the missing paths)
+    assert not [f for f in report["findings"] if f["kind"] == "version"]

@@ -10,6 +10,11 @@ can tell, what the centre offers in its place:
   like other versions of the missing one (``8.1.30`` beside a missing
   ``8.1.27``), with the rest of the path followed under each when it exists;
 * a compiler whose executable is there but reports another version;
+* an external whose prefix is there (``/usr`` always is) but whose tools
+  report another version: an OS update moves ``tar@1.34`` to 1.35 without a
+  path going missing.  Spack's own detection (``spack external find --path
+  <prefix>/bin``, run by :func:`detected_versions` with a throw-away scope)
+  reads the versions, as it would when the site's externals were written;
 * a module: through Lmod's ``spider`` (the whole hierarchy, not only what is
   loadable now), the other versions of the same name.
 
@@ -23,6 +28,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +44,7 @@ class Finding:
     """One thing the site file names, missing (or changed) on this host."""
 
     key: tuple  # key path in the site file
-    kind: str  # "path", "compiler" or "module"
+    kind: str  # "path", "compiler", "module" or "version"
     named: str
     problem: str
     offered: list[str] = field(default_factory=list)
@@ -170,6 +176,73 @@ def check(data: dict[str, Any], root: Path = Path("/"),
                             key=lambda m: _vkey(m), reverse=True)
             found.append(Finding(key + ("modules", i), "module", name,
                                  "not found by `module spider`", others))
+    return found
+
+
+def _versioned_externals(data: dict[str, Any], root: Path) -> list[tuple[tuple, str, str, str]]:
+    """(key, package, stated version, prefix) of each ``externals`` entry whose
+    prefix is here and states a numbered version (``hwloc@os`` is not one)."""
+    out = []
+    for key, entry in _entries(data):
+        spec, prefix = str(entry.get("spec", "")), entry.get("prefix")
+        found = re.match(r"([a-z0-9-]+)@=?(\d[\w.-]*)", spec)
+        if key[0] == "externals" and found and isinstance(prefix, str) \
+                and _rooted(prefix, root).is_dir():
+            out.append((key, found.group(1), found.group(2), prefix))
+    return out
+
+
+def detected_versions(names: list[str], bindir: Path) -> dict[str, list[str]] | None:
+    """Versions Spack's detection finds for packages ``names`` in ``bindir``
+    (package -> versions); None when the pinned Spack cannot run here."""
+    from torchmpi import spackrun
+    from torchmpi.errors import UserError
+
+    try:
+        exe = spackrun.executable()
+    except UserError:
+        return None
+    with tempfile.TemporaryDirectory(prefix="torchmpi-bump-versions-") as tmp:
+        (Path(tmp) / "repos.yaml").write_text("repos:\n  builtin: ${TORCHMPI_BUILTIN_REPO}\n")
+        env = dict(spackrun.environ(), SPACK_USER_CONFIG_PATH=tmp)
+        try:
+            subprocess.run([str(exe), "external", "find", "--scope", "user", "--path",
+                            str(bindir), *names], env=env, capture_output=True, text=True,
+                           timeout=600, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        found = Path(tmp) / "packages.yaml"
+        text = found.read_text() if found.is_file() else ""
+    # packages.yaml as Spack writes it: "  <name>:" then "    - spec: <name>@<version> ...".
+    out: dict[str, list[str]] = {}
+    for spec in re.findall(r"^\s*- spec: (\S+)", text, re.MULTILINE):
+        name, _, version = spec.partition("@")
+        out.setdefault(name, []).append(re.split(r"[+~ ]", version)[0])
+    return out
+
+
+def version_drift(data: dict[str, Any], root: Path = Path("/")) -> list[Finding] | None:
+    """Externals present here whose tools report another version than the file
+    states; None when Spack's detection could not run."""
+    by_prefix: dict[str, list[tuple[tuple, str, str, str]]] = {}
+    for item in _versioned_externals(data, root):
+        by_prefix.setdefault(item[3], []).append(item)
+    found: list[Finding] = []
+    for prefix, items in by_prefix.items():
+        bindir = _rooted(prefix, root) / "bin"
+        if not bindir.is_dir():
+            continue
+        seen = detected_versions(sorted({name for _, name, _, _ in items}), bindir)
+        if seen is None:
+            return None
+        for key, name, stated, _ in items:
+            versions = seen.get(name) or []
+            if versions and not any(v == stated or v.startswith(stated + ".")
+                                    for v in versions):
+                found.append(Finding(
+                    key + ("spec",), "version", f"{name}@{stated}",
+                    f"{prefix} has {', '.join(f'{name}@{v}' for v in versions)}"
+                    " (spack external find)", [f"{name}@{v}" for v in versions]))
     return found
 
 

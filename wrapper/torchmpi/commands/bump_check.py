@@ -35,6 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "site file names that is missing (or, for a compiler, reports another version),\n"
             "and what the centre offers in its place where it can tell: other versions\n"
             "beside a missing directory, other versions of a module (Lmod's spider).\n"
+            "Externals whose prefix is there (/usr) are checked for the version their\n"
+            "tools report (Spack's `external find`), so an OS update shows too.\n"
             "Exit status 1 when anything is missing.  See docs/admins.md, 'Bumping a site'."
         ),
         epilog=EXAMPLE,
@@ -45,6 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         " of the site; default: /)")
     p.add_argument("--no-modules", action="store_true",
                    help="do not ask Lmod about modules")
+    p.add_argument("--no-versions", action="store_true",
+                   help="do not ask Spack's detection which versions the externals'"
+                        " tools report (a prefix such as /usr is always there)")
     p.add_argument("--json", action="store_true",
                    help="machine-readable output on stdout: the findings as a list")
     p.set_defaults(func=run)
@@ -56,9 +61,13 @@ def run(args: argparse.Namespace) -> int:
     lmod = None if args.no_modules else bump._lmod()
     modules = bump.available_modules(lmod) if lmod else None
     findings = bump.check(site.data, args.root, modules)
+    drift = None if args.no_versions else bump.version_drift(site.data, args.root)
+    findings += drift or []
     counts = bump.named_count(site.data)
     if modules is None:
         counts.pop("module")
+    if drift is not None:
+        counts["version"] = len(bump._versioned_externals(site.data, args.root))
     total = sum(counts.values())
     records = []
     for f in findings:
@@ -68,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
                         "problem": f.problem, "offered": f.offered})
     if args.json:
         print(json.dumps({"site": site.name, "named": total,
-                          "modules_checked": modules is not None, "findings": records},
+                          "modules_checked": modules is not None,
+                          "versions_checked": drift is not None, "findings": records},
                          indent=2))
         return 1 if findings else 0
     out = [f"{site.name}: {len(findings)} of {total} paths, compilers and modules the site"
@@ -81,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
     if modules is None:
         out.append("  modules not checked: " + ("--no-modules" if args.no_modules else
                    f"no Lmod here ({bump.LMOD_DEFAULT}, or set LMOD_CMD)"))
+    if drift is None:
+        out.append("  versions of externals not checked: " + (
+            "--no-versions" if args.no_versions else "the pinned Spack is not set up here"))
     if findings and len(findings) >= total:
         out.append(f"  nothing the site file names is here: run this on {site.name}'s login"
                    " node (or give --root)")
