@@ -425,3 +425,20 @@ def test_container_rule_and_container_agree() -> None:
     from torchmpi import container, siterules
 
     assert set(siterules.INJECTS_CRAY) == set(container.INJECTS_CRAY)
+
+
+@pytest.mark.parametrize("kind", ["openmpi", "cray-mpich"])
+def test_podman_on_slingshot_is_refused(tmp_path: Path, capsys, kind: str) -> None:
+    """Plain podman injects nothing: the image's libfabric has no cxi provider, yet its run
+    script set NCCL_NET='AWS Libfabric' and the FI_CXI_* values without a word."""
+    def edit(d: dict) -> None:
+        d["container"] = {"runtime": "podman"}
+        if kind == "openmpi":
+            d["mpi"] = {"kind": "openmpi"}
+            d["runtime"]["env"].pop("MPICH_GPU_SUPPORT_ENABLED")
+            d["runtime"]["env"].pop("MPICH_OFI_NIC_POLICY")
+    line, text = refused(tmp_path, "derecho", edit, "container.runtime")
+    assert "no cxi provider" in line and "NCCL_NET" in line
+    assert "allowed: apptainer or podman-hpc" in line and text.strip() == "runtime: podman"
+    runs = _verbs(tmp_path, tmp_path / "derecho.yaml", capsys)
+    assert {verb: status for verb, (status, _) in runs.items()} == dict.fromkeys(runs, 2)

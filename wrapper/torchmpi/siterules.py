@@ -314,11 +314,19 @@ def _container(data: dict[str, Any]) -> list[Problem]:
         return [(where, (
             f"{rt} injects the host's Cray MPICH (lib-abi-mpich) and libfabric, and mpi.kind"
             f" is {kind}: the hybrid model with another MPI is not supported here; allowed:"
-            " podman (the image's own MPI), or ce on Slingshot (docs/containers.md)"))]
+            " podman (the image's own MPI; off Slingshot), or ce on Slingshot"
+            " (docs/containers.md)"))]
     if rt in INJECTS_CRAY and not (data.get("mpi") or {}).get("prefix"):
         return [(where, (
             f"{rt} binds Cray MPICH's lib-abi-mpich from mpi.prefix, which the site file"
             " does not give; allowed: podman, or mpi.prefix"))]
+    if rt == "podman" and fabric == "slingshot":
+        return [(where, (
+            "plain podman injects nothing, so the image's own libfabric runs, and one Spack"
+            " builds in an image has no cxi provider (that needs the site's CXI driver):"
+            " NCCL_NET='AWS Libfabric' and the FI_CXI_* values of the run script would"
+            " reach no Slingshot NIC; allowed: apptainer or podman-hpc (with Cray MPICH:"
+            " they bind the host's libfabric) or ce (CSCS)"))]
     if kind == "mpich":
         return [(where, (
             "mpi.kind mpich has no container stand-in (cray-mpich, openmpi-cuda and openmpi"
