@@ -6,8 +6,9 @@ ENV   := . ./setup-env.sh &&
 
 .PHONY: setup venv spack test check mutate lint demo bench clean install-site
 
-setup: venv spack  ## venv + pinned Spack (idempotent)
+setup: venv spack  ## venv + pinned Spack + torch 2.6.0 reference (idempotent)
 	@bash scripts/check-system.sh
+	@bash scripts/get-reference.sh
 
 venv: $(VENV)/.installed
 

@@ -14,11 +14,20 @@ set -euo pipefail
 # runc (crun 1.8 refuses this VM's hybrid cgroups; the settings are the
 # project's, scripts/podman/containers.conf), fuse-overlayfs for podman-hpc's
 # store, and build their tiny image from this host's static busybox.
+# tests/test_process_group_mpi_build.py compiles PyTorch's ProcessGroupMPI.cpp
+# with both MPI families side by side (mpicxx.openmpi / mpicxx.mpich; Debian's
+# alternatives keep mpicc/mpirun on Open MPI) and scripts/get-reference.sh
+# unpacks its inputs (unzip, xz).
 # "command debian-package" pairs; add a line when a test needs another tool.
 REQUIRED="
 mpirun openmpi-bin
 ompi_info openmpi-bin
 mpicc libopenmpi-dev
+mpicxx.openmpi libopenmpi-dev
+mpicxx.mpich libmpich-dev
+mpirun.mpich mpich
+unzip unzip
+xz xz-utils
 podman podman
 runc runc
 fuse-overlayfs fuse-overlayfs

@@ -1,12 +1,15 @@
-"""The py-torch override's MPICH/Cray MPICH CUDA-awareness patch.
+"""The py-torch override's MPICH/Cray MPICH CUDA-awareness patch, as text and on stubs.
 
-Runs the patch logic of ``spack_repo/torchmpi/packages/py_torch`` on excerpts
-of PyTorch's real ``ProcessGroupMPI.cpp`` (``tests/fixtures/process_group_mpi``:
-one per release whose text could be read from a source tarball of its tag, and
-main after PR #178323 as read from a fork, each header naming tag, commit and
-path), then compiles the result against stub MPI headers and runs it: the
-patched check must say "CUDA-aware" exactly when the MPI is.  A source that
-already has an MPICH branch (PR #178323 on main) must be left alone.
+Runs the patcher of ``spack_repo/torchmpi/packages/py_torch`` on
+``ProcessGroupMPI.cpp`` of three PyTorch states (``tests/fixtures/process_group_mpi``):
+v2.6.0's real file, fetched by ``make setup`` (``v2.6.0.cpp`` only points at
+it: no upstream text is committed), and shapes written for torchmpi from the
+facts of v2.9.1 and of main after PR #178323 (no registry here serves their
+text; each header says what it describes and where that was read).  The
+patched check is then compiled against stub MPI headers and run: it must say
+"CUDA-aware" exactly when the MPI is.  The real file, patched, compiled
+against the real torch headers and run under mpirun with both MPI families:
+tests/test_process_group_mpi_build.py.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "process_group_mpi"
 STUB = FIXTURES / "stub"
 UPSTREAM_PATH = "torch/csrc/distributed/c10d/ProcessGroupMPI.cpp"
+FETCHED = paths.cache() / "reference" / "torch-2.6.0" / "src" / "ProcessGroupMPI.cpp"
 
 
 def _load_patch_module():
@@ -38,13 +42,22 @@ def _load_patch_module():
 patch = _load_patch_module()
 
 ALL = sorted(p.name for p in FIXTURES.glob("*.cpp"))
-#: Released shapes without an MPICH branch: the patch must add one.
-UNFIXED = [n for n in ALL if not patch.has_mpich_branch((FIXTURES / n).read_text())]
-#: Sources that already carry upstream's MPICH branch: left untouched.
-FIXED = [n for n in ALL if n not in UNFIXED]
+#: Fixtures that point at text fetched by ``make setup``, and shapes written here.
+POINTERS = [n for n in ALL if "a POINTER, not source" in (FIXTURES / n).read_text()]
+SHAPES = [n for n in ALL if n not in POINTERS]
+#: Sources that already carry upstream's MPICH branch (PR #178323).
+UPSTREAM_BRANCH = [n for n in SHAPES
+                   if patch.has_upstream_mpich_branch((FIXTURES / n).read_text())]
+#: Sources whose check knows Open MPI only.
+OPEN_MPI_ONLY = [n for n in ALL if n not in UPSTREAM_BRANCH]
 
 
 def _source(name: str) -> str:
+    """The fixture's text; for a pointer, the fetched file (a failure, not a skip, without it)."""
+    if name in POINTERS:
+        if not FETCHED.is_file():
+            pytest.fail(f"{FETCHED} missing: run `make setup` (scripts/get-reference.sh)")
+        return FETCHED.read_text()
     return (FIXTURES / name).read_text()
 
 
@@ -53,103 +66,94 @@ def _function(source: str) -> str:
     return source[start : source.index("\n}\n", start)]
 
 
-def _header(name: str) -> tuple[dict[str, str], list[str]]:
-    """The fixture's leading ``// Key: value`` fields (continuations joined) and body."""
-    lines = _source(name).split("\n")
+def _header(name: str) -> dict[str, str]:
+    """The fixture's leading ``// Key: value`` fields (continuation lines joined)."""
     fields: dict[str, str] = {}
     key = None
-    for i, line in enumerate(lines):
+    for line in (FIXTURES / name).read_text().split("\n"):
         if not line.startswith("//"):
-            return fields, lines[i:]
+            break
         text = line[2:].strip()
-        match = re.match(r"([A-Z][a-z]+): (.*)", text)
-        if match:
+        match = re.match(r"([A-Z][a-z]+(?: [a-z]+)*): (.*)", text)
+        if match and not line.startswith("//   "):
             key = match.group(1)
             fields[key] = match.group(2)
         elif key and line.startswith("//   "):
             fields[key] += " " + text
-        else:
-            key = None
-    return fields, []
+    return fields
+
+
+def _skeleton(source: str) -> list[str]:
+    """``cudaAwareMpiCheck``'s preprocessor directives and calls, in order: its shape."""
+    body = _function(source)
+    found = re.findall(r"^#\s*(?:if|elif|else|endif)\b[^/\n]*|\b(?:MPIX_\w+|std::getenv)\(",
+                       body, re.MULTILINE)
+    return [item.strip() for item in found]
 
 
 def test_fixture_set() -> None:
-    # Both kinds are present, so no parametrized test below runs on nothing.
-    assert UNFIXED and FIXED
+    # Every kind is present, so no parametrized test below runs on nothing.
+    assert POINTERS == ["v2.6.0.cpp"] and UPSTREAM_BRANCH and OPEN_MPI_ONLY
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_fixture_header_names_tag_commit_path(name: str) -> None:
-    fields, body = _header(name)
+def test_fixture_header_says_what_it_describes(name: str) -> None:
+    fields = _header(name)
     assert fields["Upstream"] == "https://github.com/pytorch/pytorch"
     assert fields["Path"] == UPSTREAM_PATH
-    assert {"Tag", "Commit", "Verified", "Verbatim"} <= fields.keys()
     assert re.fullmatch(r"[0-9a-f]{40}", fields["Commit"])
-    # Only text read from a real repository at a named commit: no shape
-    # written here, and no text whose origin could not be checked.
-    if fields["Verified"] == "yes":
-        # A release, read from a source tarball of that tag.
-        kind = "upstream"
-        assert name.startswith("v") and fields["Tag"] == name.removesuffix(".cpp")
-        assert "sha256" in fields["Source"] and "git blob" in fields["Source"]
+    assert fields["Describes"].startswith("PyTorch ")
+    if name.startswith("v"):
+        assert fields["Tag"] == name.removesuffix(".cpp")
+        assert f"PyTorch {fields['Tag']}" in fields["Describes"]
     else:
-        # Read from a fork: it says so and why, names the fork, and never
-        # stands for a release.
-        kind = "fork"
-        assert fields["Verified"].startswith("fork -- "), fields["Verified"]
-        assert re.fullmatch(r"[\w.-]+/[\w.-]+", fields["Fork"])
-        assert fields["Fork"] != "pytorch/pytorch"
-        assert fields["Tag"].startswith("none") and not name.startswith("v")
-    # The kept ranges and the "omitted" markers tile the source from line 1 on.
-    ranges = re.fullmatch(rf"{kind} lines (.*)", fields["Verbatim"]).group(1)
-    kept = [tuple(map(int, (r.split("-") * 2)[:2])) for r in ranges.split(", ")]
-    assert body[0] == "" and body[-1] == ""
-    line, pieces = 1, []
-    for text in body[1:-1]:
-        omitted = re.fullmatch(rf"// \[fixture\] {kind} lines (\d+)-(\d+) omitted: .+", text)
-        if omitted:
-            first, last = map(int, omitted.groups())
-            assert first == line and last >= first
-            line = last + 1
-        else:
-            if pieces and pieces[-1][1] == line - 1:
-                pieces[-1] = (pieces[-1][0], line)
-            else:
-                pieces.append((line, line))
-            line += 1
-    assert pieces == kept
-    # ... and run to the source's last line (the header says how many).
-    total = re.search(r"(\d+) lines", fields.get("Source", "") + fields["Verified"])
-    assert total and kept[-1][1] == int(total.group(1))
+        assert fields["Tag"].startswith("none") and "no release" in fields["Describes"]
+    if name in POINTERS:
+        assert "scripts/get-reference.sh" in fields["Source"]
+        assert re.fullmatch(r"[0-9a-f]{40}", fields["Blob"])
+    else:
+        # A shape: says so, says where its facts were read, copies no upstream line
+        # beyond the few the patcher needs (the check and the error message).
+        first = (FIXTURES / name).read_text().split("\n", 1)[0]
+        assert "a SHAPE written for torchmpi -- not PyTorch's text" in first
+        assert fields["Read"] and fields["Facts"]
+        assert "[fixture]" not in (FIXTURES / name).read_text()
 
 
-@pytest.mark.parametrize("name", [n for n in ALL if n.startswith("v")])
-def test_fixture_commit_is_builtin_py_torch(name: str) -> None:
-    """The tag and commit are those the pinned builtin py-torch builds."""
-    builtin = paths.builtin_repo() / "packages" / "py_torch" / "package.py"
-    if not builtin.exists():
-        pytest.skip(f"{builtin} missing: run make setup")
-    fields, _ = _header(name)
-    tag = fields["Tag"]
-    line = f'version("{tag[1:]}", tag="{tag}", commit="{fields["Commit"]}")'
-    assert line in builtin.read_text()
+def test_fetched_text_is_the_pointed_blob() -> None:
+    """The fetched v2.6.0 file is the git blob its pointer names (upstream's, at the tag)."""
+    import hashlib
+
+    data = _source("v2.6.0.cpp").encode()
+    blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    assert blob == _header("v2.6.0.cpp")["Blob"]
 
 
-@pytest.mark.parametrize("name", UNFIXED)
+def test_v2_9_1_shape_has_the_fetched_release_s_check() -> None:
+    """The v2.9.1 shape says its check is v2.6.0's: same directives, same calls."""
+    assert _skeleton(_source("v2.9.1.cpp")) == _skeleton(_source("v2.6.0.cpp"))
+    pr = _skeleton(_source(UPSTREAM_BRANCH[0]))
+    assert pr[:2] == _skeleton(_source("v2.6.0.cpp"))[:2]
+    assert pr[2:4] == ["#elif defined(MPIX_GPU_SUPPORT_CUDA)", "std::getenv("]
+
+
+@pytest.mark.parametrize("name", ALL)
 def test_patch_adds_honest_mpich_branch(name: str) -> None:
     source = _source(name)
     patched = patch.patch_source(source)
     body = _function(patched)
-    # The MPICH branch sits between the Open MPI branch and the final #else.
+    # The MPICH branch sits after the Open MPI branch -- and after upstream's
+    # MPICH branch where there is one -- right before the final #else.
     assert body.index("#if defined(MPIX_CUDA_AWARE_SUPPORT)") < body.index(
         "#elif defined(MPICH_VERSION)"
     )
+    if name in UPSTREAM_BRANCH:
+        assert body.index("#elif defined(MPIX_GPU_SUPPORT_CUDA)") < body.index(
+            "#elif defined(MPICH_VERSION)")
     assert body.rindex("#elif defined(MPICH_VERSION)") < body.rindex("#else")
     assert "return torchmpiMpichCudaAware();" in body
     # Everything else still says "not CUDA-aware": no blind `return true`.
-    assert body.rstrip().endswith("#endif // MPIX_CUDA_AWARE_SUPPORT") or body.rstrip().endswith(
-        "#endif"
-    )
+    assert body.rstrip().split("\n")[-1].startswith("#endif")
     tail = body[body.rindex("#else") :]
     assert "return false;" in tail and "return true;" not in tail
     # The helper asks MPICH_GPU_SUPPORT_ENABLED, then the library.
@@ -160,8 +164,8 @@ def test_patch_adds_honest_mpich_branch(name: str) -> None:
         "bool cudaAwareMpiCheck()"
     )
     assert "#include <cstdlib>" in patched
-    # The Open MPI branch is untouched, and nothing but the three insertions changed.
-    assert _function(source).split("#else")[0] in body
+    # Upstream's branches are untouched, and nothing but the three insertions changed.
+    assert _function(source).rsplit("#else", 1)[0] in body
     removed = patched.replace(patch._INCLUDES, "", 1).replace(patch._HELPER, "", 1)
     assert removed.replace(patch._BRANCH, "", 1) == source
 
@@ -169,18 +173,17 @@ def test_patch_adds_honest_mpich_branch(name: str) -> None:
 @pytest.mark.parametrize("name", ALL)
 def test_patch_is_idempotent(name: str) -> None:
     once = patch.patch_source(_source(name))
-    assert patch.has_mpich_branch(once)
+    assert patch.is_patched(once) and not patch.is_patched(_source(name))
     assert patch.patch_source(once) == once
 
 
-@pytest.mark.parametrize("name", FIXED)
-def test_source_with_mpich_branch_is_unchanged(tmp_path: Path, name: str) -> None:
-    source = _source(name)
-    assert patch.has_mpich_branch(source)
+def test_patch_file_reports_whether_it_changed(tmp_path: Path) -> None:
     target = tmp_path / "ProcessGroupMPI.cpp"
-    target.write_text(source)
+    target.write_text(_source("v2.9.1.cpp"))
+    assert patch.patch_file(str(target)) is True
+    once = target.read_text()
     assert patch.patch_file(str(target)) is False
-    assert target.read_text() == source
+    assert target.read_text() == once
 
 
 def test_unexpected_shape_is_refused() -> None:
@@ -230,22 +233,39 @@ def _run(exe: Path, **env: str) -> str:
                           check=True).stdout.strip()
 
 
-@pytest.mark.parametrize("name", UNFIXED)
+#: Shapes without upstream's MPICH branch (the real v2.6.0 file is compiled with
+#: the real headers in tests/test_process_group_mpi_build.py, not with stubs).
+STUB_OPEN_MPI_ONLY = [n for n in SHAPES if n in OPEN_MPI_ONLY]
+
+
+@pytest.mark.parametrize("name", STUB_OPEN_MPI_ONLY)
 def test_unpatched_source_rejects_cuda_tensors_on_mpich(tmp_path: Path, name: str) -> None:
     """The bug being fixed: MPICH is never CUDA-aware to stock PyTorch."""
     exe = _build(tmp_path, _source(name), "mpich", "-DSTUB_MPIX_GPU")
     assert _run(exe, MPICH_GPU_SUPPORT_ENABLED="1", STUB_GPU_QUERY="1") == "rejected"
 
 
-@pytest.mark.parametrize("name", UNFIXED)
+@pytest.mark.parametrize("name", SHAPES)
 def test_patched_check_follows_cray_switch(tmp_path: Path, name: str) -> None:
+    """No MPIX_GPU_SUPPORT_CUDA in the headers (a Cray MPICH without it): upstream's
+    branch, where present, compiles out and torchmpi's fallback answers."""
     exe = _build(tmp_path, patch.patch_source(_source(name)), "mpich")
     assert _run(exe, MPICH_GPU_SUPPORT_ENABLED="1") == "accepted"
     assert _run(exe, MPICH_GPU_SUPPORT_ENABLED="0") == "rejected"
     assert _run(exe) == "rejected"  # plain MPICH without the query API: not CUDA-aware
 
 
-@pytest.mark.parametrize("name", UNFIXED)
+@pytest.mark.parametrize("name", UPSTREAM_BRANCH)
+def test_upstream_branch_alone_refuses_on_mpich_without_the_macro(tmp_path: Path,
+                                                                    name: str) -> None:
+    """Why the fallback stays after upstream's branch (issue 29 point 4): left
+    unpatched, a source with PR #178323's branch still refuses every CUDA tensor
+    where the MPICH headers do not define MPIX_GPU_SUPPORT_CUDA."""
+    exe = _build(tmp_path, _source(name), "mpich")
+    assert _run(exe, MPICH_GPU_SUPPORT_ENABLED="1") == "rejected"
+
+
+@pytest.mark.parametrize("name", STUB_OPEN_MPI_ONLY)
 def test_patched_check_asks_mpich4_library(tmp_path: Path, name: str) -> None:
     exe = _build(tmp_path, patch.patch_source(_source(name)), "mpich", "-DSTUB_MPIX_GPU")
     assert _run(exe, STUB_GPU_QUERY="1") == "accepted"
@@ -254,15 +274,17 @@ def test_patched_check_asks_mpich4_library(tmp_path: Path, name: str) -> None:
     assert _run(exe, STUB_GPU_QUERY="1", MPICH_GPU_SUPPORT_ENABLED="0") == "rejected"
 
 
-@pytest.mark.parametrize("name", FIXED)
-def test_upstream_mpich_branch_follows_cray_switch(tmp_path: Path, name: str) -> None:
-    """Left unpatched, upstream's own branch answers as the patch would for Cray."""
+@pytest.mark.parametrize("name", UPSTREAM_BRANCH)
+def test_upstream_mpich_branch_wins_where_it_compiles(tmp_path: Path, name: str) -> None:
+    """With the macro, upstream's branch answers (switch only), before torchmpi's."""
     exe = _build(tmp_path, patch.patch_source(_source(name)), "mpich", "-DSTUB_MPIX_GPU")
     assert _run(exe, MPICH_GPU_SUPPORT_ENABLED="1") == "accepted"
     assert _run(exe, MPICH_GPU_SUPPORT_ENABLED="0") == "rejected"
+    # Upstream's branch does not ask the library: torchmpi's would have said yes.
+    assert _run(exe, STUB_GPU_QUERY="1") == "rejected"
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", SHAPES)
 def test_patched_check_keeps_open_mpi_path(tmp_path: Path, name: str) -> None:
     exe = _build(tmp_path, patch.patch_source(_source(name)), "openmpi")
     assert _run(exe) == "accepted"

@@ -16,9 +16,15 @@ support" (pytorch/pytorch#45745).  The usual site fix (a blind
   library's own answer from ``MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA)``;
 * otherwise false.
 
-Sources that already carry an MPICH branch (``MPIX_GPU_SUPPORT_CUDA`` or
-``MPICH`` inside the function) are left untouched, so the change disappears
-by itself on PyTorch releases that include the upstream fix.
+Upstream's own MPICH branch (pytorch/pytorch PR #178323: ``#elif
+defined(MPIX_GPU_SUPPORT_CUDA)``, true iff ``MPICH_GPU_SUPPORT_ENABLED`` is
+``"1"``) compiles only where the MPI headers define that macro; a Cray MPICH
+whose headers lack it would fall through to ``return false``.  So the branch
+is added *after* whatever upstream has, just before the outer ``#else``:
+upstream's branch wins where it compiles, this one is the fallback for every
+other MPICH.  :func:`selected_branch` runs the provider's preprocessor over
+the patched function at patch time, and :func:`check_headers` refuses a
+provider whose headers select no CUDA-aware branch at all.
 
 Plain Python without Spack imports so that tests can run it on fixture files.
 """
@@ -26,6 +32,8 @@ Plain Python without Spack imports so that tests can run it on fixture files.
 from __future__ import annotations
 
 import re
+import subprocess
+from collections.abc import Sequence
 
 #: Marker written into patched sources; also makes the patch idempotent.
 MARKER = "torchmpi: MPICH/Cray MPICH CUDA-awareness"
@@ -77,11 +85,15 @@ def _function_span(source: str) -> tuple[int, int]:
     return match.start(), end + 3
 
 
-def has_mpich_branch(source: str) -> bool:
-    """True when ``cudaAwareMpiCheck`` already handles MPICH (upstream or us)."""
+def is_patched(source: str) -> bool:
+    """True when the torchmpi branch is already there (the patch is idempotent)."""
+    return MARKER in source
+
+
+def has_upstream_mpich_branch(source: str) -> bool:
+    """True when ``cudaAwareMpiCheck`` carries upstream's MPICH branch (PR #178323)."""
     start, end = _function_span(source)
-    body = source[start:end]
-    return "MPIX_GPU_SUPPORT_CUDA" in body or "MPICH" in body or MARKER in source
+    return "MPIX_GPU_SUPPORT_CUDA" in source[start:end]
 
 
 def _outer_else(body: str) -> int:
@@ -99,8 +111,9 @@ def _outer_else(body: str) -> int:
 
 
 def patch_source(source: str) -> str:
-    """Return ``source`` with the MPICH branch added (unchanged if already there)."""
-    if has_mpich_branch(source):
+    """Return ``source`` with the MPICH fallback branch added, after any branch
+    upstream has (unchanged if already patched)."""
+    if is_patched(source):
         return source
     start, end = _function_span(source)
     body = source[start:end]
@@ -123,3 +136,60 @@ def patch_file(path: str) -> bool:
     with open(path, "w", encoding="utf-8") as stream:
         stream.write(patched)
     return True
+
+
+#: What :func:`selected_branch` returns, by the call that survives preprocessing.
+BRANCHES = {
+    "MPIX_Query_cuda_support": "open-mpi",
+    "torchmpiMpichCudaAware": "torchmpi-mpich",
+    "MPICH_GPU_SUPPORT_ENABLED": "upstream-mpich",
+}
+
+_PROBE_HEADERS = """\
+#include <mpi.h>
+#if defined(OPEN_MPI) && OPEN_MPI
+#include <mpi-ext.h>
+#endif
+"""
+
+
+def selected_branch(source: str, preprocessor: Sequence[str]) -> str:
+    """Which branch of ``cudaAwareMpiCheck`` the MPI's headers compile.
+
+    ``preprocessor``: a command that preprocesses C++ from stdin to stdout
+    with the provider's include directories (e.g. ``["c++", "-E", "-P",
+    "-x", "c++", "-I<mpi>/include", "-"]``).  The function is preprocessed
+    after ``mpi.h`` (and Open MPI's ``mpi-ext.h``, as ProcessGroupMPI.cpp
+    includes it), so the guard macros are those the build will see.
+    Returns a value of :data:`BRANCHES` or ``"none"`` (``return false``).
+    """
+    start, end = _function_span(source)
+    probe = _PROBE_HEADERS + "#line 1 \"cudaAwareMpiCheck\"\n" + source[start:end]
+    try:
+        done = subprocess.run(list(preprocessor), input=probe, capture_output=True,
+                              text=True, check=False)
+    except OSError as error:
+        raise PatchError(f"cannot run the preprocessor {preprocessor[0]!r}: {error}") from None
+    if done.returncode != 0:
+        raise PatchError(f"preprocessing cudaAwareMpiCheck() with the MPI headers failed "
+                         f"({' '.join(preprocessor)}): {done.stderr.strip()[-500:]}")
+    body = done.stdout[done.stdout.find("cudaAwareMpiCheck()"):]
+    for call, branch in BRANCHES.items():
+        if call in body:
+            return branch
+    return "none"
+
+
+def check_headers(source: str, preprocessor: Sequence[str], mpich_family: bool) -> str:
+    """:func:`selected_branch`, refusing a provider whose headers select a branch
+    that cannot answer for it (``mpich_family``: cray-mpich or mpich)."""
+    branch = selected_branch(source, preprocessor)
+    wanted = ("torchmpi-mpich", "upstream-mpich") if mpich_family else ("open-mpi",)
+    macros = ("MPICH_VERSION" if mpich_family
+              else "OPEN_MPI, and MPIX_CUDA_AWARE_SUPPORT in mpi-ext.h")
+    if branch not in wanted:
+        raise PatchError(
+            f"the MPI headers select the {branch!r} branch of cudaAwareMpiCheck(), expected "
+            f"one of {', '.join(wanted)}: a torch built so would refuse every CUDA tensor "
+            f"(are these the provider's headers? does mpi.h define {macros}?)")
+    return branch

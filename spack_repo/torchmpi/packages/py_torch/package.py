@@ -31,7 +31,7 @@ PROCESS_GROUP_MPI = os.path.join("torch", "csrc", "distributed", "c10d", "Proces
 #: (and ``mpi4py/_torchmpi_gtl.py``), for the same reason.
 GTL_PRELOAD_SHA256 = "77261df564422fc0465a3c36625a071916e594b73dc62755d7a6592cc8f07482"
 
-CUDA_AWARE_MPI_SHA256 = "aab38b33274d2a920819bb390b85e745eca33cfe796ac22434252d6828083f75"
+CUDA_AWARE_MPI_SHA256 = "a2656378ec9947047516e289ff7a3b931d347fbf86f6a1d9c019c8625a430a21"
 
 #: Builtin releases that can be built ``+cuda_aware_mpi`` but have no fixture
 #: of their real ProcessGroupMPI.cpp (its text at these tags could not be read
@@ -207,8 +207,39 @@ class PyTorch(BuiltinPyTorch):
         if self.mpich_cuda_patch:
             _check_digest(cuda_aware_mpi.__file__, CUDA_AWARE_MPI_SHA256, "CUDA_AWARE_MPI_SHA256")
             changed = cuda_aware_mpi.patch_file(PROCESS_GROUP_MPI)
-            state = "patched for MPICH CUDA-awareness" if changed else "has an MPICH branch"
+            state = "patched for MPICH CUDA-awareness" if changed else "already patched"
             tty.msg(f"torchmpi: {PROCESS_GROUP_MPI} {state}")
+            self.check_mpi_headers()
+
+    def check_mpi_headers(self) -> None:
+        """Which branch of the patched check the provider's own headers compile.
+
+        Upstream's MPICH branch (pytorch/pytorch#178323) needs
+        ``MPIX_GPU_SUPPORT_CUDA``, torchmpi's fallback ``MPICH_VERSION``: the
+        patched function is preprocessed with this ``mpi``'s include
+        directories, and a build that would refuse every CUDA tensor stops here
+        (``cuda_aware_mpi.check_headers``).  A provider without ``mpi.h`` is
+        only warned about: FindMPI stops that build anyway.
+        """
+        mpi = self.spec["mpi"]
+        try:
+            dirs = list(mpi.headers.directories)
+        except NoHeadersError:  # an external without include/: nothing to read
+            dirs = []
+        if not any(os.path.isfile(os.path.join(d, "mpi.h")) for d in dirs):
+            tty.warn(f"torchmpi: no mpi.h in {mpi.name}'s headers ({mpi.prefix}): "
+                     "cudaAwareMpiCheck()'s branch not checked")
+            return
+        cxx = os.environ.get("SPACK_CXX") or os.environ.get("CXX") or "c++"
+        command = [cxx, "-E", "-P", "-x", "c++", *(f"-I{d}" for d in dirs), "-"]
+        with open(PROCESS_GROUP_MPI, encoding="utf-8") as stream:
+            source = stream.read()
+        try:
+            branch = cuda_aware_mpi.check_headers(source, command, mpich_family=True)
+        except cuda_aware_mpi.PatchError as error:
+            raise InstallError(f"py-torch +cuda_aware_mpi with {mpi.name}: {error}") from None
+        tty.msg(f"torchmpi: {mpi.name}'s headers compile the {branch} branch of "
+                "cudaAwareMpiCheck()")
 
     def setup_build_environment(self, env: EnvironmentModifications) -> None:
         super().setup_build_environment(env)
