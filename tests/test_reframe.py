@@ -339,3 +339,19 @@ def test_runtime_sh_runs_after_the_prepare_commands_so_the_sites_values_win(tmp_
     proc = subprocess.run(["bash", "-c", "\n".join([*cmds, 'printf %s "$NCCL_DEBUG"'])],
                           capture_output=True, text=True, check=True)
     assert proc.stdout == "WARN", cmds  # sites/generic-ib.yaml runtime.env NCCL_DEBUG
+
+
+def test_a_hand_edited_file_is_kept_without_force(tmp_path, capsys):
+    """settings.py records its body's sha256 as render's files do: an edit is refused
+    (as `torchmpi render` and `torchmpi container` refuse one) and kept whole."""
+    assert main(["reframe", "derecho", "-o", str(tmp_path)]) == 0
+    settings = tmp_path / rfmconf.CONFIG
+    edited = settings.read_text() + "# my change\n"
+    settings.write_text(edited)
+    capsys.readouterr()
+    assert main(["reframe", "derecho", "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{rfmconf.CONFIG} edited by hand" in err and "--force" in err
+    assert settings.read_text() == edited
+    assert main(["reframe", "derecho", "-o", str(tmp_path), "--force"]) == 0
+    assert settings.read_text() != edited

@@ -310,18 +310,26 @@ def write(out: Output, force: bool = False) -> list[str]:
         outdir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UserError(f"{outdir}: cannot create the output directory: {err.strerror}") from None
-    foreign = []
-    for name in out.files:
+    foreign, edited = [], []
+    for name, text in out.files.items():
         path = outdir / name
         if path.exists():
             try:
-                first = path.read_text(errors="replace").splitlines()[:2]
+                old = path.read_text(errors="replace")
             except OSError:
-                first = []
-            if not any(line.startswith(MARK) for line in first):
+                old = ""
+            if not any(line.startswith(MARK) for line in old.splitlines()[:2]):
                 foreign.append(name)
+            elif old != text and "# body-sha256: " in old and render.hand_edited(old):
+                # The same test `torchmpi render` applies to its files: the body no
+                # longer has the sha256 its header recorded.
+                edited.append(name)
     if foreign and not force:
         raise UserError(f"{outdir}: {', '.join(foreign)} not written by torchmpi reframe; "
                         "choose another directory, or re-run with --force to replace it")
+    if edited and not force:
+        raise UserError(f"{outdir}: {', '.join(edited)} edited by hand since it was written;"
+                        " move the change into the site file, or re-run with --force to"
+                        " overwrite it")
     render.replace_files(outdir, out.files, {SCRIPT: 0o755})
     return list(out.files)
