@@ -442,3 +442,31 @@ def test_podman_on_slingshot_is_refused(tmp_path: Path, capsys, kind: str) -> No
     assert "allowed: apptainer or podman-hpc" in line and text.strip() == "runtime: podman"
     runs = _verbs(tmp_path, tmp_path / "derecho.yaml", capsys)
     assert {verb: status for verb, (status, _) in runs.items()} == dict.fromkeys(runs, 2)
+
+
+def test_slurm_allocates_mpirun_launches(tmp_path: Path) -> None:
+    """A centre whose Open MPI docs say "allocate with Slurm, start ranks with mpirun":
+    ``launch: mpirun`` keeps ReFrame's Slurm scheduler and launches with mpirun."""
+    from torchmpi import reframe
+
+    site = edited_site(tmp_path, "generic-ib", lambda d: d.update(launch="mpirun"))
+    config = reframe.configuration(site, env_from="", outdir=tmp_path, extra_prepare=[])
+    partition = config["systems"][0]["partitions"][0]
+    assert (partition["scheduler"], partition["launcher"]) == ("slurm", "mpirun")
+    unchanged = edited_site(tmp_path, "generic-ib")
+    assert reframe.launcher(unchanged) == "srun"
+
+
+def test_launch_only_under_slurm(tmp_path: Path) -> None:
+    line, text = refused(tmp_path, "derecho", lambda d: d.update(launch="mpirun"), "launch")
+    assert "launcher is pbs" in line and "allowed: no launch key" in line
+    assert text == "launch: mpirun"
+
+
+def test_launch_mpirun_with_a_value_that_needs_an_srun_flag(tmp_path: Path) -> None:
+    """HPE's alt_read needs `srun --network=disable_rdzv_get`: mpirun cannot pass it."""
+    def edit(d: dict) -> None:
+        d["launch"] = "mpirun"
+        d["runtime"]["env"]["FI_CXI_RDZV_PROTO"] = "alt_read"
+    line, _ = refused(tmp_path, "perlmutter", edit, "launch")
+    assert "FI_CXI_RDZV_PROTO=alt_read" in line and "srun --network=disable_rdzv_get" in line

@@ -70,8 +70,8 @@ def library_dir() -> Path:
 def launcher(site: Site) -> str:
     """ReFrame's launcher name for the site."""
     kind = site.data["launcher"]
-    if kind == "slurm":
-        return "srun"
+    if kind == "slurm":  # `launch: mpirun`: Slurm allocates, the MPI's mpirun launches
+        return str(site.data.get("launch", "srun"))
     if kind == "pbs":
         return "pals"
     return "mpirun" if site.data["mpi"]["kind"].startswith("openmpi") else "mpiexec"

@@ -266,6 +266,34 @@ def _target_error(value: Any, what: str) -> str | None:
             " x86_64_v3 (`spack arch -t` on a compute node prints it)")
 
 
+def _launch_errors(data: dict[str, Any]) -> list[tuple[tuple, str]]:
+    """``launch`` (what starts the ranks) where it cannot apply.
+
+    It is Slurm's choice only: PBS sites launch with HPE PALS ``mpiexec`` and
+    ``launcher: mpiexec`` is the MPI's own launcher already.  A runtime value
+    that needs an srun flag (HPE's alt_read, fabric data ``launcher_flags``)
+    cannot be passed by mpirun/mpiexec.
+    """
+    launch = data.get("launch")
+    if launch is None:
+        return []
+    if data.get("launcher") != "slurm":
+        return [(("launch",), (
+            f"{launch!r} says what starts the ranks in a Slurm allocation, and launcher is"
+            f" {data.get('launcher')}; allowed: no launch key (launcher pbs: PALS mpiexec;"
+            " mpiexec: the MPI's own), or launcher: slurm"))]
+    if launch == "srun":
+        return []
+    env = runtime.environment(data)
+    for rule in runtime.launcher_flags():
+        if env.get(rule["variable"]) == rule["value"]:
+            return [(("launch",), (
+                f"{launch}: {rule['variable']}={rule['value']} needs `{rule['slurm_flag']}`"
+                f" ({rule['source']}), which {launch} cannot pass; allowed: launch: srun, or"
+                f" a site without {rule['variable']}={rule['value']}"))]
+    return []
+
+
 def _semantic_errors(data: dict[str, Any], build_rules: bool = True,
                      ) -> list[tuple[tuple, str]]:
     """Rules that read better in code than in JSON schema.
@@ -308,6 +336,7 @@ def _semantic_errors(data: dict[str, Any], build_rules: bool = True,
             f"must be {switch} here: mpi.cuda_aware is {str(switch == '1').lower()}, so torch"
             f" {gtl}; the switch and GTL go together or not at all (to run without GPU-aware"
             " MPI, e.g. for CSCS's MPI-with-NCCL deadlock warning, set mpi.cuda_aware: false)")))
+    errors.extend(_launch_errors(data))
     errors.extend(runtime.problems(data))  # `$` references, set-and-prepend
     if build_rules:
         errors.extend(siterules.problems(data))  # what a solve or a build would find late
