@@ -90,8 +90,19 @@ def test_release_with_a_fixture_renders_deprecated_config(tmp_path: Path, capsys
 def test_unverified_release_is_named_at_render_with_the_pin(tmp_path: Path, capsys) -> None:
     _, err = _render(tmp_path, "derecho", _with("2.11.0", "2.9.1"), capsys)
     assert "torch 2.11.0: no ProcessGroupMPI fixture" in err and "PatchError" in err
-    assert "torch: {versions: [2.9.1]}" in err and "mpi.cuda_aware: false" in err
+    assert "mpi.cuda_aware: false" in err
     assert "torch 2.9.1" not in err
+
+
+@pytest.mark.parametrize("versions", [("2.11.0",), None])
+def test_note_never_advises_a_deprecated_release(tmp_path: Path, capsys, versions) -> None:
+    """Builtin deprecates every release with a fixture (CVEs): the note names
+    none of them as the way out (issue 29 point 5)."""
+    _, err = _render(tmp_path, "derecho", _with(*versions) if versions else None, capsys)
+    assert "ProcessGroupMPI fixture" in err and "mpi.cuda_aware: false" in err
+    deprecated = [v for v, old in torches.builtin_releases().items() if old]
+    assert deprecated and not [v for v in deprecated if v in err], err
+    assert "deprecated" not in err
 
 
 def test_no_note_without_cuda_aware_mpi(tmp_path: Path, capsys) -> None:
@@ -144,7 +155,19 @@ def test_gpu_site_silent_on_cuda_aware_is_cuda_aware(tmp_path: Path, capsys) -> 
     assert "torch 2.8.0 cannot be built +cuda_aware_mpi" in str(err.value)
     files, err_text = _render(tmp_path, "generic-ib", _with("2.11.0"), capsys)
     assert "+cuda_aware_mpi" in files["spack.yaml"]["spack"]["specs"][0]
-    assert "torch 2.11.0: no ProcessGroupMPI fixture" in err_text
+    # ... but Open MPI is PyTorch's own branch: the patch never runs there, so no
+    # PatchError risk is named (issue 29 point 5).
+    assert "ProcessGroupMPI" not in err_text and "PatchError" not in err_text
+
+
+def test_note_only_where_the_patch_applies() -> None:
+    """The patch runs for the MPICH family only (py_torch/package.py
+    mpich_cuda_patch): no note for an Open MPI site, whatever its torch."""
+    base = {"gpu": {"cuda_arch": 80}, "torch": {"versions": ["2.11.0"]}}
+    for kind in ("openmpi", "openmpi-cuda"):
+        assert torches.notes({**base, "mpi": {"kind": kind}}) == [], kind
+    for kind in ("cray-mpich", "mpich"):
+        assert torches.notes({**base, "mpi": {"kind": kind}}), kind
 
 
 def test_verified_releases_are_the_fixtures() -> None:

@@ -10,9 +10,10 @@ allows, as before.  Read here without Spack, in milliseconds:
   when="@...+cuda")``): a pinned release the site's CUDA cannot build is
   refused when the site file is loaded, not minutes into a solve;
 * the releases torchmpi's ``py-torch`` override has no ProcessGroupMPI fixture
-  for (``UNVERIFIED_TORCH`` in its package file): on a ``+cuda_aware_mpi``
-  site the patch of that file may stop the build with a PatchError, so they
-  are named at render and concretize time with the pin that avoids them.
+  for (``UNVERIFIED_TORCH`` in its package file): where the patch of that file
+  runs (``+cuda_aware_mpi`` with an MPICH-family MPI) it may stop the build
+  with a PatchError, so they are named at render and concretize time, with
+  ``mpi.cuda_aware: false`` as the way out (never a deprecated release).
 """
 
 from __future__ import annotations
@@ -172,26 +173,39 @@ def deprecated(data: dict[str, Any]) -> list[str]:
     return [v for v in versions(data) if known.get(v)]
 
 
+#: ``mpi.kind`` values whose py-torch is not patched: Open MPI is PyTorch's own
+#: branch of ``cudaAwareMpiCheck()`` (py_torch/package.py ``mpich_cuda_patch``).
+_UNPATCHED_KINDS = ("openmpi", "openmpi-cuda")
+
+
+def patch_applies(data: dict[str, Any]) -> bool:
+    """Whether the site's py-torch build runs the ProcessGroupMPI patch
+    (``+cuda_aware_mpi`` with an MPI of the MPICH family, or one not yet known)."""
+    return cuda_aware(data) and (data.get("mpi") or {}).get("kind") not in _UNPATCHED_KINDS
+
+
 def notes(data: dict[str, Any], chosen: list[str] | None = None) -> list[str]:
     """What to tell the admin about ProcessGroupMPI fixtures, one line each.
 
-    ``chosen``: the torch releases of a solve (concretize); None before one
-    (render), where an unpinned site is told that the newest allowed release
-    is unverified when every current release is.
+    Only where the patch runs (:func:`patch_applies`).  ``chosen``: the torch
+    releases of a solve (concretize); None before one (render), where an
+    unpinned site is told that the newest allowed release is unverified when
+    every current release is.  The way out named is ``mpi.cuda_aware: false``,
+    never a release: the ones with a fixture are all deprecated by builtin.
     """
-    if not cuda_aware(data):
+    if not patch_applies(data):
         return []
-    pin = (f"pin one with a fixture (torch: {{versions: [{VERIFIED[0]}]}}, deprecated in"
-           " builtin) or set mpi.cuda_aware: false")
+    risk = ("the patch adds its MPICH branch after whatever the check has and is checked"
+            " against the MPI headers, but stops the py-torch build with PatchError if"
+            " cudaAwareMpiCheck() lost its #if/#else (2.10-2.12 most likely keep the check unchanged"
+            " since 2.6: inferred, not read); to avoid that risk, set mpi.cuda_aware: false")
     risky = set(unverified())
     picked = chosen if chosen is not None else versions(data)
-    out = [f"torch {v}: no ProcessGroupMPI fixture for the +cuda_aware_mpi patch, so the"
-           f" py-torch build may stop with PatchError; to avoid it, {pin}"
+    out = [f"torch {v}: no ProcessGroupMPI fixture for the +cuda_aware_mpi patch: {risk}"
            for v in dict.fromkeys(picked) if v in risky]
     current = [v for v, old in builtin_releases().items() if not old]
     if chosen is None and not picked and current and set(current) <= risky:
         out.append(f"torch: unpinned, so the newest release allowed ({', '.join(current)}"
                    " are current), none with a ProcessGroupMPI fixture for the"
-                   f" +cuda_aware_mpi patch: the py-torch build may stop with PatchError;"
-                   f" to avoid it, {pin}")
+                   f" +cuda_aware_mpi patch: {risk}")
     return out
