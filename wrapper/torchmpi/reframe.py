@@ -19,7 +19,8 @@ from the site file, so the torchmpi checks (package data,
 * the environment: ``module use``/``module load`` (or the site's runtime.sh) as
   ``prepare_cmds`` with ``modules_system: nomod``, so ReFrame never runs
   ``module show`` (which fails off the site);
-* performance references from ``checks.references``, each with its source.
+* performance references from ``checks.references``, each a bus bandwidth at
+  one large size (default :data:`REFERENCE_SIZE`) with its source.
 
 The configuration is a Python file (the PALS launcher must be registered before
 ReFrame builds the partitions, which only a Python configuration can do); its
@@ -60,6 +61,11 @@ GPU_REQUEST = {"slurm": ["--gpus-per-node={num_gpus_per_node}"],
 #: What NCCL's log says when it uses the fabric's network (``Using network X``).
 NCCL_NETWORK = {"slingshot": "AWS Libfabric", "ib": "IB", "tcp": "Socket"}
 ENVIRONMENT = "torchmpi"
+#: Where a reference's bus bandwidth is taken when the site file names no size: one large
+#: message, as CSCS's NCCL checks (nccl-tests at -b 1024M -e 1024M, eth-cscs/
+#: cscs-reframe-tests checks/containers/container_engine/xccl_tests.py) -- an average over
+#: 8 B..128 MiB mixes in the per-call floor of the small sizes.
+REFERENCE_SIZE = "1G"
 
 
 def library_dir() -> Path:
@@ -172,6 +178,18 @@ def prepare_cmds(site: Site, env_from: str, outdir: Path, extra: list[str]) -> l
     return cmds + [f". {shlex.quote(str(outdir.absolute() / RUNTIME))}"]
 
 
+def references(checks: dict[str, Any]) -> list[dict[str, Any]]:
+    """The site's references with every default written out, so the check matches on
+    exactly what settings.py shows: device by backend, :data:`REFERENCE_SIZE`, 10 %."""
+    out = []
+    for ref in checks.get("references", []):
+        device = "cuda" if ref["backend"] == "nccl" else "cpu"
+        out.append({**ref, "device": ref.get("device", device),
+                    "size": ref.get("size", REFERENCE_SIZE),
+                    "tolerance": ref.get("tolerance", 0.1)})
+    return out
+
+
 def configuration(site: Site, *, env_from: str, outdir: Path,
                   extra_prepare: list[str]) -> dict[str, Any]:
     """The ReFrame configuration as data (``site_configuration``)."""
@@ -191,7 +209,7 @@ def configuration(site: Site, *, env_from: str, outdir: Path,
             "site_file": str(site.path.absolute()),
             "launcher_options": launcher_options(site),
             "expected_fail": list(checks.get("expected_fail", [])),
-            "references": [dict(r) for r in checks.get("references", [])],
+            "references": references(checks),
             "nccl": nccl_expectations(site),
             "ranks_per_node": int(checks.get("ranks_per_node", 2)),
             "cpus_per_node": int(checks.get("cpus_per_node", 0)),
