@@ -233,10 +233,31 @@ def test_build_needs_records_the_runtimes(nodes) -> None:
     libcudart.so.<major> (not a link or a full version); the rendered module keeps them."""
     node = nodes["gpu"]
     needs = _recorded(node)["needs"]
-    assert len(needs) == 2 and Path(needs[0]).name.startswith("libstdc++.so.6"), needs
+    assert len(needs) == 2 and Path(needs[0]).name == "libstdc++.so.6", needs
     assert Path(needs[0]).is_file() and needs[1] == str(node.path("libcudart")), needs
     text = _module().render("/x/libmpi_gtl_cuda.so", needs)
     assert f"\nNEEDS: tuple = {needs!r}\n" in text
+
+
+def test_a_runtime_already_loaded_is_not_loaded_twice(nodes, tmp_path) -> None:
+    """Another extension brought its own libcudart.so.12 first: the preload makes that
+    one global instead of mapping the recorded one beside it, and GTL binds to it."""
+    node = nodes["gpu"]
+    other = tmp_path / "other" / "libcudart.so.12"
+    other.parent.mkdir()
+    other.write_bytes(node.path("libcudart").read_bytes())
+    code = (
+        "import ctypes, importlib.util, sys\n"
+        f"ctypes.CDLL({str(other)!r})\n"  # local, as an extension's dependency would be
+        f"spec = importlib.util.spec_from_file_location('p', {str(PRELOAD_FILE)!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        f"m.preload({str(node.path('gtl-8.1.27'))!r}, needs={_recorded(node)['needs']!r})\n"
+        "maps = {l.split()[-1] for l in open('/proc/self/maps') if 'libcudart' in l}\n"
+        "print(sorted(maps))\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=node.env(), check=False,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str([str(other)]), proc.stdout
 
 
 def test_a_driver_without_gtl_is_an_import_error(nodes, tmp_path) -> None:

@@ -88,6 +88,17 @@ def explain(gtl: str, err: OSError, needs: tuple, failed: list) -> str:
     return f"{head}; {why} (recorded at build: {recorded}{gone})"
 
 
+def _load_once(lib: str, mode: int):
+    """``lib`` loaded global, unless a library of its soname (its file name, as
+    recorded) is loaded already: then that one is made global instead.  A second
+    C++ or CUDA runtime in one process (the build's beside the one torch or
+    another extension brought) would split their state."""
+    try:
+        return ctypes.CDLL(os.path.basename(lib), mode=mode | os.RTLD_NOLOAD)
+    except OSError:
+        return ctypes.CDLL(lib, mode=mode)
+
+
 def preload(gtl: str = GTL, driver: str = DRIVER, needs: tuple = NEEDS):
     """Load the driver, then ``needs``, then GTL, all global; None (nothing loaded)
     without a driver.
@@ -104,7 +115,7 @@ def preload(gtl: str = GTL, driver: str = DRIVER, needs: tuple = NEEDS):
     failed = []
     for lib in needs:
         try:
-            ctypes.CDLL(lib, mode=mode)
+            _load_once(lib, mode)
         except OSError as err:
             failed.append((lib, err))
     try:
@@ -121,7 +132,9 @@ def build_needs(cxx: "str | None", cuda_prefix: "str | None") -> list:
     if cxx:
         path = subprocess.run([cxx, "-print-file-name=libstdc++.so.6"], check=False,
                               capture_output=True, text=True).stdout.strip()
-        out.append(os.path.realpath(path) if os.path.isabs(path) else "libstdc++.so.6")
+        # The soname's path (a link), not the file it names: the preload matches
+        # an already loaded runtime by this name.
+        out.append(os.path.normpath(path) if os.path.isabs(path) else "libstdc++.so.6")
     if cuda_prefix:
         found = []
         for sub in ("lib64", "lib", os.path.join("targets", "*", "lib")):

@@ -29,17 +29,17 @@ PROCESS_GROUP_MPI = os.path.join("torch", "csrc", "distributed", "c10d", "Proces
 #: hash (a rebuild), and ``patch()`` refuses a patcher that does not match.
 #: sha256 of ``gtl_preload.py``, the module installed as ``torch/_torchmpi_gtl.py``
 #: (and ``mpi4py/_torchmpi_gtl.py``), for the same reason.
-GTL_PRELOAD_SHA256 = "77261df564422fc0465a3c36625a071916e594b73dc62755d7a6592cc8f07482"
+GTL_PRELOAD_SHA256 = "7dd6cc1af44c3b0c54d88cb5bc16385554755f57aae5e4213c93ac04de4129c1"
 
 CUDA_AWARE_MPI_SHA256 = "a2656378ec9947047516e289ff7a3b931d347fbf86f6a1d9c019c8625a430a21"
 
 #: Builtin releases that can be built ``+cuda_aware_mpi`` but have no fixture
 #: of their real ProcessGroupMPI.cpp (its text at these tags could not be read
 #: here; tests/fixtures/process_group_mpi/README.md says what was tried).  The
-#: patcher leaves alone a check that already handles MPICH (as main's does
-#: after pytorch/pytorch#178323), adds its branch before the outer ``#else``
-#: otherwise, and refuses a check without that ``#if``/``#else`` (PatchError,
-#: the build stops) rather than guess.
+#: patcher adds its branch before the outer ``#else``, after any MPICH branch
+#: upstream has (main's, after pytorch/pytorch#178323), checks against the
+#: provider's headers which branch compiles, and refuses a check without that
+#: ``#if``/``#else`` (PatchError, the build stops) rather than guess.
 #: tests/test_packages.py fails unless every release reachable with
 #: ``+cuda_aware_mpi`` has a fixture or is listed here: add a fixture, then drop
 #: the release here.  (2.10 and later stay reachable: builtin deprecates every
