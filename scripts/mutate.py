@@ -310,7 +310,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "    finish = clock_wait(device)", "    finish = ready",
            ALLREDUCE),
     Mutant("dist/doctor", "wrapper/torchmpi/allreduce.py",
-           "        finish()\n        seconds = _reduce_time(", "        seconds = _reduce_time(",
+           "            body()\n        finish()\n", "            body()\n",
            ALLREDUCE),
     Mutant("dist/doctor", "wrapper/torchmpi/allreduce.py",
            'if device == "cuda" and backend == "mpi":',

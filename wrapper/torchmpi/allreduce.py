@@ -214,10 +214,8 @@ def call_floor(device: str, calls: int = 100, time_op: str = "avg",
     import torch
     import torch.distributed as dist
 
-    if ready is None:
-        ready = stream_wait(device, str(dist.get_backend()))
-    finish = clock_wait(device)
-    tiny = torch.zeros(1, dtype=torch.float32, device=device)
+    ready = ready or stream_wait(device, str(dist.get_backend()))
+    finish, tiny = clock_wait(device), torch.zeros(1, dtype=torch.float32, device=device)
     ready()
     dist.all_reduce(tiny)  # the first call may set up the communicator
     finish()
