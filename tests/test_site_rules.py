@@ -470,3 +470,24 @@ def test_launch_mpirun_with_a_value_that_needs_an_srun_flag(tmp_path: Path) -> N
         d["runtime"]["env"]["FI_CXI_RDZV_PROTO"] = "alt_read"
     line, _ = refused(tmp_path, "perlmutter", edit, "launch")
     assert "FI_CXI_RDZV_PROTO=alt_read" in line and "srun --network=disable_rdzv_get" in line
+
+
+def test_infiniband_guidance_names_each_variable_with_its_source() -> None:
+    """The ib fabric has no defaults (each value names a site's own interfaces), and
+    docs/sites.md says when to set NCCL_SOCKET_IFNAME, NCCL_IB_HCA and UCX's, each cited."""
+    from torchmpi import runtime
+
+    text = (ROOT / "docs" / "sites.md").read_text()
+    section = text.split("### InfiniBand (`fabric: ib`)", 1)[1].split("\n## ", 1)[0]
+    rows = {row.split("|")[1].strip(" `"): row for row in section.splitlines()
+            if row.startswith("| `")}
+    for name, source in (("NCCL_SOCKET_IFNAME", "docs.nvidia.com/deeplearning/nccl"),
+                         ("NCCL_IB_HCA", "same page"),
+                         ("UCX_NET_DEVICES", "docs.open-mpi.org"),
+                         ("UCX_TLS", "openucx")):
+        assert source in rows[name], name
+    fabric = (ROOT / "wrapper/torchmpi/data/fabrics/ib.yaml").read_text()
+    assert yaml.safe_load(fabric)["env"] == {}
+    for name in ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "UCX_NET_DEVICES"):
+        assert name in fabric
+    assert runtime.environment({"fabric": "ib"}) == {}
