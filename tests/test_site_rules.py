@@ -491,3 +491,36 @@ def test_infiniband_guidance_names_each_variable_with_its_source() -> None:
     for name in ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "UCX_NET_DEVICES"):
         assert name in fabric
     assert runtime.environment({"fabric": "ib"}) == {}
+
+
+def test_old_libfabric_against_a_pair_vouched_with_2x_is_noted(tmp_path: Path, capsys) -> None:
+    """A Slingshot site with libfabric 1.15 and no pin gets the newest pair run on
+    Slingshot, vouched with libfabric 2.4.0: `render` says so, and names the pair run
+    with a 1.x libfabric (NCAR's 2.21.5-1 + 1.6.0, libfabric 1.15.2.0)."""
+    from torchmpi.cli import main
+
+    def edit(d: dict) -> None:
+        d["libfabric"]["spec"] = "libfabric@1.15.2.0 fabrics=cxi"
+    site = edited_site(tmp_path, "perlmutter", edit)
+    assert main(["render", str(site.path), "-o", str(tmp_path / "env")]) == 0
+    err = capsys.readouterr().err
+    assert "note: libfabric 1.15.2.0" in err and "with libfabric 2.4.0" in err, err
+    assert "nccl: {version: 2.21.5-1, plugin: 1.6.0}" in err, err
+
+    pinned = edited_site(tmp_path, "derecho")  # its pin was run with its own libfabric
+    assert main(["render", str(pinned.path), "-o", str(tmp_path / "env2")]) == 0
+    assert "note: libfabric" not in capsys.readouterr().err
+
+
+def test_reframe_without_modules_root_or_prepare_is_noted(tmp_path: Path, capsys) -> None:
+    """Without install.modules_root the jobs source runtime.sh only, which docs/users.md
+    says is not enough to run: `torchmpi reframe` says so unless --prepare is given."""
+    from torchmpi.cli import main
+
+    site = edited_site(tmp_path, "generic-ib")
+    assert main(["reframe", str(site.path), "-o", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    assert "install.modules_root" in err and "--prepare" in err and "runtime.sh" in err, err
+    assert main(["reframe", str(site.path), "-o", str(tmp_path / "b"),
+                 "--prepare", "spack load py-torch-mpi"]) == 0
+    assert "note:" not in capsys.readouterr().err

@@ -266,6 +266,39 @@ def _target_error(value: Any, what: str) -> str | None:
             " x86_64_v3 (`spack arch -t` on a compute node prints it)")
 
 
+def notes(data: dict[str, Any]) -> list[str]:
+    """What to tell the admin at render about a file that loads, one line each.
+
+    A Slingshot site whose libfabric's major version differs from the one the
+    chosen NCCL/aws-ofi-nccl pair was run with (libfabric 1.15 against a pair
+    CSCS ran with 2.4.0): nothing vouches for that combination, and a pair run
+    with the site's major is named where there is one.  A note, not an error:
+    the pair may well work (the plugin's libfabric ABI is stable), but no
+    source says so.
+    """
+    lib = data.get("libfabric")
+    if data.get("fabric") != "slingshot" or not isinstance(lib, dict):
+        return []
+    found = re.match(r"libfabric@(\d+)(\S*)", str(lib.get("spec", "")))
+    chosen = pairs.choose(dict(data.get("nccl") or {}))
+    if not found or chosen is None or not re.match(r"\d+", chosen.libfabric):
+        return []
+    have, ran = found.group(1), chosen.libfabric.split(".")[0]
+    if have == ran:
+        return []
+    minor = ".".join(re.findall(r"\d+", found.group(0))[:2])
+    same = sorted((p for p in pairs.vouched() if p.fabric == "slingshot"
+                   and p.libfabric.split(".")[0] == have),  # the site's minor first
+                  key=lambda p: ".".join(p.libfabric.split(".")[:2]) != minor)
+    hint = (f"; a pair run with libfabric {have}.x: nccl: {{version: {same[0].nccl}, plugin:"
+            f" {same[0].plugin}}} ({same[0].label}, libfabric {same[0].libfabric})"
+            if same else f"; no vouched pair was run with libfabric {have}.x")
+    return [(f"libfabric {found.group(1)}{found.group(2)}: NCCL {chosen.nccl} with"
+             f" aws-ofi-nccl {chosen.plugin} was {chosen.label} with libfabric"
+             f" {chosen.libfabric}, and no source vouches for it with libfabric"
+             f" {have}.x{hint} (docs/design.md)")]
+
+
 def _launch_errors(data: dict[str, Any]) -> list[tuple[tuple, str]]:
     """``launch`` (what starts the ranks) where it cannot apply.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from torchmpi import reframe as rfmconf
@@ -53,6 +54,13 @@ def run(args: argparse.Namespace) -> int:
     site = sitemod.load(args.site)
     outdir = args.output or Path(f"reframe-{site.name}")
     writable.check_dir(outdir, "-o/--output" if args.output else "output directory")
+    modules_root = (site.data.get("install") or {}).get("modules_root")
+    if (args.env_from or ("module" if modules_root else "runtime-sh")) == "runtime-sh" \
+            and not args.prepare:  # docs/users.md: runtime.sh alone is not enough to run
+        print("torchmpi reframe: note: install.modules_root is not set and no --prepare was"
+              " given, so the jobs only source runtime.sh, which sets the site's variables"
+              " but loads no torch (docs/users.md); set install.modules_root, or give"
+              " --prepare 'spack load py-torch-mpi'", file=sys.stderr)
     out = rfmconf.build(site, outdir, env_from=args.env_from, extra_prepare=args.prepare)
     written = rfmconf.write(out, force=args.force)
     if args.json:

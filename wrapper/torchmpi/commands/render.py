@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             " holds only the checkout's own sites; give the output directory with -o DIR,"
             " or copy the file into sites/"
         )
-    for note in torches.notes(site.data):  # found now, not as a PatchError in the build
+    for note in [*torches.notes(site.data), *sitemod.notes(site.data)]:  # found now
         print(f"torchmpi render: note: {note}", file=sys.stderr)
     outdir = args.output or renderer.default_outdir(site)
     record = {"site": site.name, "output": str(outdir)}
