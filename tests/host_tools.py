@@ -1,4 +1,5 @@
-"""A ``PATH`` on which some of this host's programs are missing.
+"""A ``PATH`` on which some of this host's programs are missing, and the local site
+loaded whether or not this host has the compilers its ``auto`` needs.
 
 A GPU node may lack ``gfortran``; a CPU host lacks ``nvidia-smi`` that a GPU node
 has.  Tests that must not depend on either run the real programs through a
@@ -9,7 +10,13 @@ the same test means the same thing on every host.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
+
+import yaml
+from torchmpi import detect, paths
+from torchmpi import site as sitemod
 
 
 def path_without(folder: Path, *hidden: str, path: str | None = None) -> str:
@@ -28,3 +35,27 @@ def path_without(folder: Path, *hidden: str, path: str | None = None) -> str:
             if os.access(item.path, os.X_OK) and not item.is_dir():
                 link.symlink_to(item.path)
     return str(folder)
+
+
+def load_site(name: str, tmp_path: Path) -> sitemod.Site:
+    """``sitemod.load(name)``; for ``local`` on a host without the GNU compilers that
+    ``compilers: auto`` needs (a GPU node without gfortran), a copy with them listed by
+    hand -- the fix the refusal names -- so a test of rendering or detection means the
+    same on every host.  The refusal itself is tested with gfortran hidden
+    (tests/test_sites.py)."""
+    try:
+        return sitemod.load(name)
+    except detect.HostLacks:
+        if name != "local":
+            raise
+    data = yaml.safe_load((paths.sites_dir() / "local.yaml").read_text())
+    cc = Path(shutil.which("gcc") or "/usr/bin/gcc")
+    version = subprocess.run([str(cc), "-dumpfullversion"], capture_output=True, text=True,
+                             check=False).stdout.strip() or "12.2.0"
+    data["compilers"] = [{"spec": f"gcc@{version}", "prefix": str(cc.parent.parent),
+                          "languages": {lang: str(cc.with_name(exe)) for lang, exe, _ in
+                                        detect.GNU_COMPILERS}}]
+    folder = tmp_path / "hand-listed"
+    folder.mkdir(exist_ok=True)
+    (folder / "local.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return sitemod.load(str(folder / "local.yaml"))

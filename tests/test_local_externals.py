@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from host_tools import load_site
 from torchmpi import detect, paths
 from torchmpi import render as renderer
-from torchmpi import site as sitemod
 
 pytestmark = pytest.mark.spack
 
@@ -37,7 +37,7 @@ def test_build_tools_come_from_spack_external_find(spack) -> None:
 
 
 def test_local_site_renders_the_host_externals(spack, tmp_path: Path) -> None:
-    site = sitemod.load("local")
+    site = load_site("local", tmp_path)
     assert site.data["externals"] == "auto", "found at render time, not at load"
     files = renderer.render(site, tmp_path / "env")
     body = "\n".join(line for line in files["packages.yaml"].splitlines()

@@ -91,10 +91,41 @@ def mpi_on_path() -> dict[str, str] | None:
     return None
 
 
+class HostLacks(UserError):
+    """A valid site file whose ``auto`` values this host cannot fill in (a tool is missing).
+
+    Not an invalid file: ``torchmpi sites`` lists such a site as unavailable here
+    (exit 0) where an invalid one makes it exit 1; every other verb refuses it
+    like any bad input, before any slow step.
+    """
+
+
+#: The GNU compilers ``compilers: auto`` needs, by language, and the package that
+#: installs each (Debian/Ubuntu, RHEL/Rocky/Alma, SLES).  Fortran too: concretizing
+#: py-torch's stack needs a Fortran compiler (README.md, System packages), and every
+#: site's compiler entry names one (schema: languages c, cxx, fortran).
+GNU_COMPILERS = (("c", "gcc", ("gcc", "gcc", "gcc")),
+                 ("cxx", "g++", ("g++", "gcc-c++", "gcc-c++")),
+                 ("fortran", "gfortran", ("gfortran", "gcc-gfortran", "gcc-fortran")))
+
+
+def missing_compilers() -> list[str]:
+    """The programs of :data:`GNU_COMPILERS` not on this host's ``PATH``."""
+    return [exe for _, exe, _ in GNU_COMPILERS if not shutil.which(exe)]
+
+
+def install_hint(missing: list[str]) -> str:
+    """How to install the missing compilers on the usual distributions."""
+    packages = [pkgs for _, exe, pkgs in GNU_COMPILERS if exe in missing]
+    return "; ".join(f"{distro}: {tool} install {' '.join(p[i] for p in packages)}"
+                     for i, (distro, tool) in enumerate((("Debian/Ubuntu", "apt-get"),
+                                                         ("RHEL/Rocky", "dnf"),
+                                                         ("SLES", "zypper"))))
+
+
 def gcc() -> dict[str, Any] | None:
     """The host gcc as a Spack compiler external (spec, prefix, language paths)."""
-    paths = {lang: shutil.which(exe) for lang, exe in
-             (("c", "gcc"), ("cxx", "g++"), ("fortran", "gfortran"))}
+    paths = {lang: shutil.which(exe) for lang, exe, _ in GNU_COMPILERS}
     if not all(paths.values()):
         return None
     version = (_run(paths["c"], "-dumpfullversion") or "").strip()
@@ -179,9 +210,24 @@ def _fill_target(site: Any, data: dict[str, Any], facts: dict[str, Any]) -> None
     data["target"] = facts["target"]
 
 
+def _key_line(site: Any, key: str) -> int:
+    """The line of a top-level ``key:`` in the site file (1 if not found)."""
+    text = site.raw.decode(errors="replace") if getattr(site, "raw", None) else ""
+    return next((i for i, line in enumerate(text.splitlines(), 1)
+                 if line.startswith(f"{key}:")), 1)
+
+
 def _fill_compilers(site: Any, data: dict[str, Any], facts: dict[str, Any]) -> None:
     if not facts["gcc"]:
-        raise UserError(f"{site.path}: compilers: auto found no gcc/g++/gfortran on PATH")
+        missing = missing_compilers()
+        where = f"{site.path}:{_key_line(site, 'compilers')}: compilers: auto"
+        if not missing:
+            raise HostLacks(f"{where}: `gcc -dumpfullversion` printed no version")
+        raise HostLacks(
+            f"{where} needs gcc, g++ and gfortran on PATH (Spack needs a Fortran compiler "
+            f"to concretize py-torch's stack); this host lacks {' and '.join(missing)}: "
+            f"install it ({install_hint(missing)}) or load a compiler module that has it, "
+            "or list the compilers by hand in a copy of the site file (docs/sites.md)")
     data["compilers"] = [facts["gcc"]]
 
 

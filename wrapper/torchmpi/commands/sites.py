@@ -6,6 +6,7 @@ import argparse
 import json
 
 from torchmpi import site as sitemod
+from torchmpi.detect import HostLacks
 from torchmpi.errors import UserError
 
 EXAMPLE = """\
@@ -23,7 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Validate every site file under sites/ and print one line per site: CPU target,\n"
             "GPU, MPI, fabric, launcher and description.  An invalid site is listed as\n"
-            "INVALID with its first problem, and the exit status is 1."
+            "INVALID with its first problem, and the exit status is 1.  A valid site whose\n"
+            "`auto` values this host cannot detect (local without gfortran) is listed as\n"
+            "UNAVAILABLE here, with what to install; that alone keeps the exit status 0."
         ),
         epilog=EXAMPLE,
     )
@@ -33,14 +36,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _entry(name: str) -> dict:
-    """One site as JSON: its summary fields, or the validation error."""
+    """One site as JSON: its summary fields, or why it cannot be loaded (here, or at all)."""
     try:
         site = sitemod.load(name)
+    except HostLacks as err:
+        return {"name": name, "valid": True, "loadable": False, "error": str(err)}
     except UserError as err:
-        return {"name": name, "valid": False, "error": str(err)}
+        return {"name": name, "valid": False, "loadable": False, "error": str(err)}
     d = site.data
     return {
-        "name": name, "valid": True, "path": str(site.path), "description": d["description"],
+        "name": name, "valid": True, "loadable": True, "path": str(site.path),
+        "description": d["description"],
         "target": d["target"], "cuda_arch": site.cuda_arch, "mpi": d["mpi"]["kind"],
         "mpi_version": d["mpi"].get("version"), "fabric": d["fabric"],
         "launcher": d["launcher"],
@@ -60,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     for name in names:
         try:
             line = sitemod.load(name).summary()
+        except HostLacks as err:
+            line = f"UNAVAILABLE here: {str(err).splitlines()[-1].strip()}"
         except UserError as err:
             line, status = f"INVALID: {str(err).splitlines()[-1].strip()}", 1
         print(f"{name:<{width}}  {line}")
