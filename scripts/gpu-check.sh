@@ -67,6 +67,7 @@ step() {
     n=$((n + 1))
     local log
     log="$LOGS/$(printf '%02d' "$n")-$(echo "$name" | tr -c 'A-Za-z0-9._-' '_').log"
+    LAST_LOG=$log
     local t0=$SECONDS rc status
     if declare -F "$1" >/dev/null; then
         # a function of this script: timeout runs programs, so a bash that has it
@@ -115,7 +116,8 @@ print("torch", torch.__version__, "cuda", torch.version.cuda)
 print("cuda available", torch.cuda.is_available(), "devices", torch.cuda.device_count())
 for i in range(torch.cuda.device_count()):
     print("  device", i, torch.cuda.get_device_name(i))
-print("nccl", ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "-")
+v = torch.cuda.nccl.version() if torch.cuda.is_available() else "-"
+print("nccl", ".".join(map(str, v)) if isinstance(v, tuple) else v)
 print("backends: mpi", dist.is_mpi_available(), "nccl", dist.is_nccl_available(),
       "gloo", dist.is_gloo_available())
 '
@@ -196,10 +198,34 @@ SIZES="8,1K,64K,1M,16M,256M,1G"
 AR=(allreduce --backend nccl --sizes "$SIZES" --warmup 2 --iters 10)
 
 # --- 3. allreduce over NCCL: eager, --graph, --blocking; no launcher, mpirun, torchrun ----
+# compare LOG...: one markdown table of the time per size, a column per log, and each
+# log's per-call floor, for docs/performance.md.
+compare() {
+    local log
+    echo "| run | per-call floor |"
+    echo "|---|---|"
+    for log in "$@"; do
+        printf '| %s | %s |\n' "$(basename "$log" .log)" \
+            "$(sed -n 's/^# per-call floor: \([^ ]* us\).*/\1/p' "$log")"
+    done
+    echo
+    awk 'FNR == 1 { col++ } /^ *[0-9]+ +[0-9]+ +[a-z0-9]+ +sum / {
+             if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 }
+             t[$1, col] = $5; bw[$1, col] = $6 }
+         END {
+             printf "| size (B) | eager us | --graph us | --blocking us | algbw eager / graph (GB/s) |\n"
+             printf "|---|---|---|---|---|\n"
+             for (i = 1; i <= n; i++) { s = order[i]
+                 printf "| %s | %s | %s | %s | %s / %s |\n", s, t[s, 1], t[s, 2], t[s, 3],
+                     bw[s, 1], bw[s, 2] } }' "$@"
+}
 if [ -n "$PY" ] && [ "$GPU" = 1 ]; then
     step "allreduce nccl eager (1 rank)" 60 "$TORCHMPI" "${AR[@]}"
+    eager=$LAST_LOG
     step "allreduce nccl --graph 5 (1 rank)" 60 "$TORCHMPI" "${AR[@]}" --graph 5
+    graph=$LAST_LOG
     step "allreduce nccl --blocking (1 rank)" 60 "$TORCHMPI" "${AR[@]}" --blocking
+    compare "$eager" "$graph" "$LAST_LOG" >"$WORK/compare.md" 2>&1
 elif [ -n "$PY" ]; then
     for mode in eager "--graph 5" --blocking; do
         skip "allreduce nccl $mode (1 rank)" "no GPU: torch.cuda.is_available() is False"
@@ -301,6 +327,12 @@ fi
     echo "|---|---|---|---|"
     cat "$SUMMARY"
     echo
+    if [ -s "$WORK/compare.md" ]; then
+        echo "## allreduce over NCCL on one GPU, in place: time per operation"
+        echo
+        cat "$WORK/compare.md"
+        echo
+    fi
     echo "## Output (last lines of each step)"
     echo
     cat "$DETAILS"

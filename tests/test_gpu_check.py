@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+from mpi_launch import job_env
+from torchmpi.dist import _free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu-check.sh"
@@ -57,3 +59,35 @@ def test_short_budget_ends_in_time_and_reports_every_step(tmp_path):
     assert "no nccl-tests source at hand" in report
     assert f"out of the {budget} s budget" in report, report
     assert (tmp_path / "gpu-logs").is_dir()  # each step's full log beside the report
+
+
+def test_the_comparison_table_reads_real_allreduce_logs(tmp_path):
+    """The GPU run's summary (time per size, eager / --graph / --blocking, and each
+    run's floor) is built from torchmpi allreduce's own output: here three real gloo runs
+    stand in for the three NCCL runs the GPU node makes."""
+    torchmpi = str(Path(sys.executable).parent / "torchmpi")
+    logs = []
+    for name, extra in (("01-eager", []), ("02-graph", ["--blocking"]),
+                        ("03-blocking", ["--blocking"])):
+        # a port of its own: a single rank's default port may be taken by a concurrent job
+        env = job_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+        proc = subprocess.run([torchmpi, "allreduce", "--sizes", "8,1M", "--warmup", "0",
+                               "--iters", "2", *extra], capture_output=True, text=True,
+                              env=env, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stderr
+        logs.append(tmp_path / f"{name}.log")
+        logs[-1].write_text(proc.stdout)
+    text = SCRIPT.read_text()
+    compare = text[text.index("compare() {"):text.index("\n}\n", text.index("compare() {")) + 3]
+    proc = subprocess.run(["bash", "-c", compare + 'compare "$@"', "compare",
+                           *map(str, logs)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| ")]
+    floors = {r[0].strip(): r[1].strip() for r in rows if r[0].strip().startswith("0")}
+    assert set(floors) == {"01-eager", "02-graph", "03-blocking"}
+    assert all(value.endswith(" us") and float(value.split()[0]) > 0
+               for value in floors.values()), proc.stdout
+    sizes = {r[0].strip(): [c.strip() for c in r[1:4]] for r in rows
+             if r[0].strip().isdigit()}
+    assert set(sizes) == {"8", "1048576"}, proc.stdout
+    assert all(float(c) > 0 for cells in sizes.values() for c in cells), proc.stdout
