@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -37,25 +38,31 @@ def path_without(folder: Path, *hidden: str, path: str | None = None) -> str:
     return str(folder)
 
 
-def load_site(name: str, tmp_path: Path) -> sitemod.Site:
-    """``sitemod.load(name)``; for ``local`` on a host without the GNU compilers that
-    ``compilers: auto`` needs (a GPU node without gfortran), a copy with them listed by
-    hand -- the fix the refusal names -- so a test of rendering or detection means the
-    same on every host.  The refusal itself is tested with gfortran hidden
+def local_data() -> dict:
+    """sites/local.yaml as data; where this host lacks the GNU compilers that
+    ``compilers: auto`` needs (a GPU node without gfortran), with them listed by hand --
+    the fix the refusal names -- so a test of rendering, detection or the doctor means
+    the same on every host.  The refusal itself is tested with gfortran hidden
     (tests/test_sites.py)."""
-    try:
-        return sitemod.load(name)
-    except detect.HostLacks:
-        if name != "local":
-            raise
     data = yaml.safe_load((paths.sites_dir() / "local.yaml").read_text())
+    if not detect.missing_compilers():
+        return data
     cc = Path(shutil.which("gcc") or "/usr/bin/gcc")
     version = subprocess.run([str(cc), "-dumpfullversion"], capture_output=True, text=True,
                              check=False).stdout.strip() or "12.2.0"
     data["compilers"] = [{"spec": f"gcc@{version}", "prefix": str(cc.parent.parent),
                           "languages": {lang: str(cc.with_name(exe)) for lang, exe, _ in
                                         detect.GNU_COMPILERS}}]
-    folder = tmp_path / "hand-listed"
+    return data
+
+
+def load_site(name: str, tmp_path: Path | None = None) -> sitemod.Site:
+    """``sitemod.load(name)``, but ``local`` from :func:`local_data` where this host
+    lacks its compilers (written under ``tmp_path``, or a new temporary folder)."""
+    if name != "local" or not detect.missing_compilers():
+        return sitemod.load(name)
+    folder = Path(tempfile.mkdtemp(prefix="torchmpi-local-")) if tmp_path is None \
+        else tmp_path / "hand-listed"
     folder.mkdir(exist_ok=True)
-    (folder / "local.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    (folder / "local.yaml").write_text(yaml.safe_dump(local_data(), sort_keys=False))
     return sitemod.load(str(folder / "local.yaml"))

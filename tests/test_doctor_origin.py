@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from host_tools import local_data
 from mpi_launch import TORCHMPI, job_env
-from torchmpi import paths
 from torchmpi.doctor.core import FAIL, PASS, SKIP
 from torchmpi.doctor.origin import check_site_prefix, install_root
 
 
 def site_with_root(tmp_path: Path, root: str) -> Path:
-    data = yaml.safe_load((paths.sites_dir() / "local.yaml").read_text())
+    data = local_data()
     data["install"] = {"root": root}
     path = tmp_path / "local.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -14,7 +14,8 @@ import re
 from pathlib import Path
 
 import pytest
-from torchmpi import doctor, runtime, site
+from host_tools import load_site
+from torchmpi import doctor, runtime
 from torchmpi.doctor import gpu, nccl, site_env
 from torchmpi.doctor.core import FAIL, PASS, CommandResult
 from torchmpi.doctor.probe import OK_MARK
@@ -58,7 +59,7 @@ OPENMPI_CUDA = "/sw/openmpi-4.1.6-cudaxyz"
 
 def design_job(name: str) -> doctor.Inputs:
     """A healthy job on ``name``: what its design loads, sets and prints."""
-    loaded = site.load(name)
+    loaded = load_site(name)
     data = loaded.data
     has_gpu = isinstance(data.get("gpu"), dict)
     mpi_data = data["mpi"]
