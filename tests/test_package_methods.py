@@ -319,6 +319,10 @@ def cray_site_methods(spack, tmp_path_factory) -> dict:
     cray_root = ext / "mpich" / "8.1.29"
     _stub_library(cray_root / "gtl" / "lib" / "libmpi_gtl_cuda.so")
     mpich = _touch(cray_root / "ofi" / "gnu" / "12.3", "include/mpi.h", "lib/libmpi.so")
+    # An MPICH-family mpi.h defines MPICH_VERSION (the value here is arbitrary):
+    # py-torch's patch() preprocesses the patched check with the provider's
+    # headers and stops where no MPICH branch would compile (check_mpi_headers).
+    (mpich / "include" / "mpi.h").write_text('#define MPICH_VERSION "3.4a2"\n')
     cuda = _touch(ext / "cuda", "bin/nvcc", "include/cuda.h", "lib64/libcudart.so")
     env = base / "env"
     env.mkdir()
