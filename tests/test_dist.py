@@ -232,3 +232,37 @@ def test_mpi_rendezvous_is_loopback_only_when_every_rank_shares_the_host(per_nod
     answers = json.loads(lines[0])
     assert len(answers) == 4 and all(a == answers[0] for a in answers), answers
     assert answers[0][0] == addr
+
+
+# One rank has no peer to agree on a port with: it must not need the fixed default one,
+# which another one-rank job on the same host (a login node, a GPU check, a concurrent
+# test) may hold.
+SINGLE = """
+import torch.distributed as dist
+from torchmpi.dist import init_distributed
+launch = init_distributed("gloo")
+print("PORT", launch.master_port, dist.get_world_size())
+dist.destroy_process_group()
+"""
+
+
+def test_a_single_rank_does_not_need_the_default_port():
+    import socket
+    import subprocess
+
+    from mpi_launch import job_env
+
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        try:
+            holder.bind(("127.0.0.1", DEFAULT_PORT))
+            holder.listen(1)
+        except OSError:
+            pass  # already held by someone else: the case this test is about
+        proc = subprocess.run([sys.executable, "-c", SINGLE], env=job_env(),
+                              capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        holder.close()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    port = int(proc.stdout.split()[1])
+    assert port != DEFAULT_PORT and proc.stdout.split()[2] == "1", proc.stdout

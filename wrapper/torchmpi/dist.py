@@ -212,6 +212,10 @@ def fallback_rendezvous(launch: Launch, env: Mapping[str, str]) -> tuple[str, in
             f"{launch.launcher} launch of {launch.world_size} ranks: cannot find rank 0's "
             "address. Install mpi4py (it broadcasts it) or export MASTER_ADDR and MASTER_PORT."
         )
+    if port is None and launch.world_size == 1:
+        # No peer to agree with: any free port, so that concurrent one-rank jobs on
+        # one host (a login node, a GPU check) do not collide on the default one.
+        port = _free_port()
     if port is None:
         # Same on every rank without communication; spread concurrent jobs.
         job = _int(env, "SLURM_JOB_ID")
