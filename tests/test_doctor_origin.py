@@ -118,3 +118,13 @@ def test_a_sibling_tree_with_the_same_prefix_is_outside():
     assert check.status == FAIL and "torch from /glade/work/ann/tm/install-2025" in check.detail
     new = {"torch": "/glade/work/ann/tm/install/py-torch/torch/__init__.py"}
     assert check_site_prefix(new, site, {"USER": "ann"}).status == PASS
+
+
+def test_an_install_root_with_a_variable_unset_here_is_not_compared():
+    """Perlmutter's root is under $PSCRATCH: where that is unset, there is no tree to
+    compare with (not 'the site installs under $PSCRATCH/...')."""
+    site = {"name": "perlmutter", "install": {"root": "$PSCRATCH/torchmpi/install"}}
+    check = check_site_prefix({"torch": "/x/torch/__init__.py"}, site, {})
+    assert check.status == SKIP and "PSCRATCH is not set" in check.detail, check
+    set_here = check_site_prefix({"torch": "/x/torch/__init__.py"}, site, {"PSCRATCH": "/p"})
+    assert set_here.status == FAIL

@@ -77,6 +77,12 @@ def check_site_prefix(found: Mapping[str, str | None], site_data: Mapping[str, A
     wheel = [f"libnccl from a pip wheel ({present['libnccl']})"
              for _ in [0] if _WHEEL_NCCL.search(present.get("libnccl") or "")]
     root = install_root(site_data, env)
+    unset = re.search(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", root or "")
+    if unset and not wheel:
+        return Check(NAME, SKIP, f"install.root {root}: ${unset.group(1)} is not set here, so "
+                                 f"there is no install tree to compare with: {listed}")
+    if unset:
+        root = None
     outside = []
     if root is not None:
         prefix = root.rstrip("/") + "/"
