@@ -408,8 +408,14 @@ MUTANTS: tuple[Mutant, ...] = (
            "elif site_libc and libcs != [site_libc]:",
            "elif site_libc and site_libc not in libcs:", LOCKTESTS),
     # --- the patcher (digest updated: only behaviour may kill it) -----------------------
-    Mutant("patcher", PATCHER, '    return "MPIX_GPU_SUPPORT_CUDA" in body or "MPICH" in body '
-           "or MARKER in source", '    return MARKER in source', PATCH),
+    # Skipping a source that mentions MPICH (what the patcher did before issue 29
+    # point 4): a check with upstream's MPIX_GPU_SUPPORT_CUDA branch gets no fallback.
+    Mutant("patcher", PATCHER, '    return MARKER in source', '    return "MPICH" in source',
+           PATCH),
+    Mutant("patcher", PATCHER,
+           '    wanted = ("torchmpi-mpich", "upstream-mpich") if mpich_family else ("open-mpi",)',
+           '    wanted = ("torchmpi-mpich", "upstream-mpich", "none") if mpich_family '
+           'else ("open-mpi",)', PATCH),
     Mutant("patcher", PATCHER, '        elif word == "else" and depth == 1:',
            '        elif word == "else":', PATCH),
     Mutant("patcher", PATCHER, '    return std::string(enabled) == "1";',

@@ -328,3 +328,43 @@ def test_branch_goes_before_the_outer_else_past_a_nested_one() -> None:
     outer_else = body.rindex("#else")
     assert body.index("#elif defined(MPICH_VERSION)") < outer_else
     assert body.index("#elif defined(MPICH_VERSION)") > body.index("#endif\n")  # after nested
+
+
+# --- the patch-time header check, on the stub headers --------------------------
+
+
+def _preprocess(mpi: str, *defines: str) -> list[str]:
+    cxx = shutil.which("g++") or shutil.which("c++")
+    assert cxx, "no C++ compiler: run make setup"
+    return [cxx, "-E", "-P", "-x", "c++", "-I", str(STUB / mpi), "-I", str(STUB), *defines, "-"]
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_headers_select_the_branch(name: str) -> None:
+    """check_headers() names the branch each MPI's headers compile: Open MPI's own;
+    on MPICH, upstream's where its macro is defined, else torchmpi's fallback."""
+    patched = patch.patch_source(_source(name))
+    assert patch.check_headers(patched, _preprocess("openmpi"), mpich_family=False) == "open-mpi"
+    assert patch.check_headers(patched, _preprocess("mpich"), mpich_family=True) == (
+        "torchmpi-mpich")
+    with_macro = patch.check_headers(patched, _preprocess("mpich", "-DSTUB_MPIX_GPU"), True)
+    assert with_macro == ("upstream-mpich" if name in UPSTREAM_BRANCH else "torchmpi-mpich")
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_header_check_refuses_a_build_that_refuses_cuda(name: str) -> None:
+    """Unpatched, an MPICH without the macro compiles only ``return false``: refused,
+    naming the branch; so is an MPICH-family check of Open MPI headers."""
+    source = _source(name)
+    assert patch.selected_branch(source, _preprocess("mpich")) == "none"
+    with pytest.raises(patch.PatchError, match="'none' branch of cudaAwareMpiCheck"):
+        patch.check_headers(source, _preprocess("mpich"), mpich_family=True)
+    with pytest.raises(patch.PatchError, match="'open-mpi' branch"):
+        patch.check_headers(patch.patch_source(source), _preprocess("openmpi"), True)
+
+
+def test_header_check_reports_a_failing_preprocessor() -> None:
+    with pytest.raises(patch.PatchError, match="preprocessing cudaAwareMpiCheck"):
+        patch.selected_branch(_source("v2.9.1.cpp"), _preprocess("no-such-mpi"))
+    with pytest.raises(patch.PatchError, match="cannot run the preprocessor"):
+        patch.selected_branch(_source("v2.9.1.cpp"), ["/nonexistent/c++", "-E", "-"])
