@@ -247,6 +247,11 @@ MUTANTS: tuple[Mutant, ...] = (
            '(data.get("mpi") or {}).get("cuda_aware", True)',
            '(data.get("mpi") or {}).get("cuda_aware", False)',
            ("tests/test_torches.py", "tests/test_render.py")),
+    # The ProcessGroupMPI note on an Open MPI site, where the patch never runs.
+    Mutant("modules/pairs/torches", "wrapper/torchmpi/torches.py",
+           '    return cuda_aware(data) and (data.get("mpi") or {}).get("kind") not in '
+           '_UNPATCHED_KINDS', '    return cuda_aware(data)',
+           ("tests/test_torches.py", "tests/test_render.py")),
     # Module names: py-torch-mpi named by its torch release, centre modules loaded.
     Mutant("modules/pairs/torches", "wrapper/torchmpi/modules.py",
            '"py-torch-mpi+cuda": "{name}/{^py-torch.version}-cuda{^cuda.version}"',
