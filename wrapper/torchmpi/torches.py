@@ -197,8 +197,9 @@ def notes(data: dict[str, Any], chosen: list[str] | None = None) -> list[str]:
         return []
     risk = ("the patch adds its MPICH branch after whatever the check has and is checked"
             " against the MPI headers, but stops the py-torch build with PatchError if"
-            " cudaAwareMpiCheck() lost its #if/#else (2.10-2.12 most likely keep the check unchanged"
-            " since 2.6: inferred, not read); to avoid that risk, set mpi.cuda_aware: false")
+            " cudaAwareMpiCheck() lost its #if/#else (2.10-2.12 most likely keep the check"
+            " unchanged since 2.6: inferred, not read); to avoid that risk, set"
+            " mpi.cuda_aware: false")
     risky = set(unverified())
     picked = chosen if chosen is not None else versions(data)
     out = [f"torch {v}: no ProcessGroupMPI fixture for the +cuda_aware_mpi patch: {risk}"
