@@ -524,3 +524,18 @@ def test_reframe_without_modules_root_or_prepare_is_noted(tmp_path: Path, capsys
     assert main(["reframe", str(site.path), "-o", str(tmp_path / "b"),
                  "--prepare", "spack load py-torch-mpi"]) == 0
     assert "note:" not in capsys.readouterr().err
+
+
+def test_runtime_rules_hold_without_the_package_repositories(tmp_path: Path) -> None:
+    """An installed tool's doctor loads site files without the build rules (no package
+    repositories); the MPI-variant and container rules need none, so it refuses alike."""
+    from torchmpi import site as sitemod
+
+    with pytest.raises(UserError):
+        edited_site(tmp_path, "generic-ib", lambda d: d["container"].update(runtime="apptainer"))
+    with pytest.raises(UserError, match="container.runtime"):
+        sitemod.load(str(tmp_path / "generic-ib.yaml"), build_rules=False)
+    with pytest.raises(UserError):
+        edited_site(tmp_path, "generic-ib", centre_openmpi())
+    with pytest.raises(UserError, match="mpi.variants"):
+        sitemod.load(str(tmp_path / "generic-ib.yaml"), build_rules=False)

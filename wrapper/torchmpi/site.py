@@ -370,6 +370,7 @@ def _semantic_errors(data: dict[str, Any], build_rules: bool = True,
             f" {gtl}; the switch and GTL go together or not at all (to run without GPU-aware"
             " MPI, e.g. for CSCS's MPI-with-NCCL deadlock warning, set mpi.cuda_aware: false)")))
     errors.extend(_launch_errors(data))
+    errors.extend(siterules.runtime_problems(data))  # MPI variants, container runtime
     errors.extend(runtime.problems(data))  # `$` references, set-and-prepend
     if build_rules:
         errors.extend(siterules.problems(data))  # what a solve or a build would find late

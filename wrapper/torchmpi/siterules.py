@@ -423,5 +423,10 @@ def _archspec_names() -> set[str]:
 
 def problems(data: dict[str, Any]) -> list[Problem]:
     """Every mistake of these kinds in a schema-valid site file."""
-    return [*_libfabric(data), *_cuda_arch(data), *_compilers(data), *_mpich_version(data),
-            *_mpi_variants(data), *_container(data)]
+    return [*_libfabric(data), *_cuda_arch(data), *_compilers(data), *_mpich_version(data)]
+
+
+def runtime_problems(data: dict[str, Any]) -> list[Problem]:
+    """The mistakes found without the package repositories: applied by every loader,
+    an installed tool's doctor included (:func:`problems` needs the repositories)."""
+    return [*_mpi_variants(data), *_container(data)]
