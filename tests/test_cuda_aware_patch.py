@@ -214,7 +214,7 @@ int main() {
 def _build(tmp_path: Path, source: str, mpi: str, *defines: str) -> Path:
     cxx = shutil.which("g++") or shutil.which("c++")
     if not cxx:
-        pytest.skip("no C++ compiler")
+        pytest.fail("no C++ compiler: run make setup (scripts/check-system.sh installs g++)")
     unit = tmp_path / "unit.cpp"
     unit.write_text(source + MAIN)
     exe = tmp_path / f"check-{mpi}-{len(defines)}"
