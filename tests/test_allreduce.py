@@ -537,6 +537,17 @@ def test_header_names_the_mode_and_the_per_call_floor():
     assert "# per-call floor: 17.25 us" in header
 
 
+def test_graph_at_one_rank_says_the_graph_holds_no_work():
+    """One rank, in place: NCCL launches no kernel, so the captured graph is empty (torch
+    warns "The CUDA Graph is empty" on the H200) and --graph times an empty replay."""
+    def header(world: int, mode: str) -> str:
+        return ar.format_header(world, "nccl", "cuda", "single", warmup=1, iters=2,
+                                time_op="avg", ranks=[], mode=mode, replays=3, floor_us=1.0)
+    assert "graph is empty" in header(1, "graph")
+    assert "graph is empty" not in header(2, "graph")
+    assert "graph is empty" not in header(1, "eager")
+
+
 def test_one_rank_prints_algbw_as_bytes_over_time():
     """nccl-tests at one rank: algbw = bytes / time, busbw = 0 (nothing crosses a link)."""
     proc = mpirun(1, TORCHMPI, "allreduce", "--sizes", "64K", "--warmup", "0", "--iters",

@@ -373,6 +373,11 @@ def format_header(world_size: int, backend: str, device: str, launcher: str, *,
         lines.append("# WARNING: one rank: nothing crosses a link, busbw is 0 and algbw is "
                      "bytes/time as nccl-tests prints it (run with 2 or more ranks to "
                      "measure the network)")
+        if mode == "graph" and backend == "nccl":
+            # Seen on an H200 (torch 2.11, NCCL 2.28.9): torch warns "The CUDA Graph is
+            # empty" and a replay takes 0.2-0.7 us; nccl-tests reports ~0.01 us there.
+            lines.append("# WARNING: one rank, in place: NCCL launches no kernel, the "
+                         "captured graph is empty and --graph times the replay of nothing")
     lines.append(
         f"#{'size':>12} {'count':>12} {'type':>8} {'redop':>6} {'time(us)':>10} "
         f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'check':>6}")
