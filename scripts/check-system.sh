@@ -18,6 +18,8 @@ set -euo pipefail
 # with both MPI families side by side (mpicxx.openmpi / mpicxx.mpich; Debian's
 # alternatives keep mpicc/mpirun on Open MPI) and scripts/get-reference.sh
 # unpacks its inputs (unzip, xz).
+# Concretizing py-torch needs a Fortran compiler (the `local` site's
+# `compilers: auto` refuses a host without gfortran, as a GPU node may be).
 # "command debian-package" pairs; add a line when a test needs another tool.
 REQUIRED="
 mpirun openmpi-bin
@@ -34,6 +36,7 @@ fuse-overlayfs fuse-overlayfs
 busybox busybox-static
 gcc gcc
 g++ g++
+gfortran gfortran
 cmake cmake
 readelf binutils
 "
