@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from torchmpi.commands import arguments
 from torchmpi.errors import UserError
 
 DEFAULT_MAX = "128M"
@@ -75,9 +76,7 @@ def register(subparsers) -> None:
                         help="fail (exit 1) when the average bus bandwidth is below 90%% of "
                              "this, as nccl-tests does with NCCL_TESTS_MIN_BW, which is read "
                              "when the flag is not given (default: no threshold)")
-    parser.add_argument("--json", action="store_true", default=False,
-                        help="machine-readable JSON on stdout instead of the table "
-                             "(default: table)")
+    arguments.json(parser, "one JSON object instead of the table (default: table)")
     parser.set_defaults(func=run)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from torchmpi import bump, sitefile
 from torchmpi import site as sitemod
+from torchmpi.commands import arguments
 
 EXAMPLE = """\
 example (on the site's login node, after `module load PrgEnv-gnu`):
@@ -41,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
         epilog=EXAMPLE,
     )
-    p.add_argument("site", help="site name (a file in sites/) or path to a site file")
+    arguments.site(p)
     p.add_argument("--root", type=Path, default=Path("/"),
                    help="look for the site's paths under this directory (a mounted image"
                         " of the site; default: /)")
@@ -50,8 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-versions", action="store_true",
                    help="do not ask Spack's detection which versions the externals'"
                         " tools report (a prefix such as /usr is always there)")
-    p.add_argument("--json", action="store_true",
-                   help="machine-readable output on stdout: the findings as a list")
+    arguments.json(p, "the findings as a list")
     p.set_defaults(func=run)
 
 

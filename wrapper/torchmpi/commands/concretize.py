@@ -13,6 +13,7 @@ import yaml
 from torchmpi import offsite, spackrun, torches, writable
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
+from torchmpi.commands import arguments
 from torchmpi.lock import Lock
 
 EXAMPLE = """\
@@ -35,15 +36,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
         epilog=EXAMPLE,
     )
-    p.add_argument("site", help="site name (see `torchmpi sites`) or path to a site file")
-    p.add_argument("-o", "--output", type=Path, metavar="DIR",
-                   help="environment directory (default: environments/SITE)")
+    arguments.site(p)
+    arguments.output(p, "environment directory", "environments/SITE")
     p.add_argument("-f", "--fresh", action="store_true",
                    help="re-solve every root even if spack.lock is up to date (spack -f)")
-    p.add_argument("--force", action="store_true",
-                   help="overwrite hand-edited environment files when rendering")
-    p.add_argument("--json", action="store_true",
-                   help="machine-readable output on stdout: the summary as one JSON object")
+    arguments.force(p)
+    arguments.json(p, "the summary as one JSON object")
     p.add_argument("-q", "--quiet", action="store_true", help="do not echo Spack's output")
     p.set_defaults(func=run)
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from torchmpi import container as containermod
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
 from torchmpi import writable
+from torchmpi.commands import arguments
 
 EXAMPLE = """\
 examples:
@@ -32,12 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
         epilog=EXAMPLE,
     )
-    p.add_argument("site", help="site name (see `torchmpi sites`) or path to a site file")
-    p.add_argument("-o", "--output", type=Path, metavar="DIR",
-                   help="output directory (default: containers/SITE in the checkout)")
-    p.add_argument("--force", action="store_true",
-                   help="overwrite files edited by hand or rendered from another site file")
-    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    arguments.site(p)
+    arguments.output(p, "output directory", "containers/SITE in the checkout")
+    arguments.force(p)
+    arguments.json(p, "what was written")
     p.set_defaults(func=run)
 
 

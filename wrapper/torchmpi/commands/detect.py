@@ -6,6 +6,7 @@ import argparse
 import json
 
 from torchmpi import detect
+from torchmpi.commands import arguments
 
 EXAMPLE = """\
 example:
@@ -33,8 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also list the host's build tools as Spack finds them "
                    "(`spack external find`, ~15 s): what the local site's "
                    "`externals: auto` reuses")
-    p.add_argument("--json", action="store_true",
-                   help="machine-readable output on stdout (one JSON object)")
+    arguments.json(p, "one JSON object")
     p.set_defaults(func=run)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
+from torchmpi.commands import arguments
 from torchmpi.errors import UserError
 
 EXAMPLES = """\
@@ -39,9 +40,7 @@ def register(subparsers) -> None:
                         dest="no_probe",
                         help="do not run the one-rank all-reduce probes; --no-nccl-probe is "
                              "its old name (default: run them)")
-    parser.add_argument("--json", action="store_true", default=False,
-                        help="machine-readable JSON on stdout instead of the table "
-                             "(default: table)")
+    arguments.json(parser, "one JSON object instead of the table (default: table)")
     parser.set_defaults(func=run)
 
 

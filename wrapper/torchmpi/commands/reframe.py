@@ -10,6 +10,7 @@ from pathlib import Path
 from torchmpi import reframe as rfmconf
 from torchmpi import site as sitemod
 from torchmpi import writable
+from torchmpi.commands import arguments
 
 EXAMPLE = """\
 examples:
@@ -34,9 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("site", help="site name (see `torchmpi sites`) or path to a site file")
-    p.add_argument("-o", "--output", type=Path, metavar="DIR", default=None,
-                   help="output directory (default: ./reframe-SITE)")
+    arguments.site(p)
+    arguments.output(p, "output directory", "./reframe-SITE")
     p.add_argument("--env", choices=("module", "runtime-sh"), default=None, dest="env_from",
                    help="how jobs get the site's torch: its modules, or DIR/runtime.sh after "
                         "--prepare commands (default: module when install.modules_root is "
@@ -44,9 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prepare", action="append", default=[], metavar="CMD",
                    help="a shell command each job runs first, e.g. 'spack load py-torch-mpi' "
                         "(repeatable; default: none)")
-    p.add_argument("--force", action="store_true",
-                   help="replace files in DIR that torchmpi reframe did not write")
-    p.add_argument("--json", action="store_true", help="what was written, as JSON")
+    arguments.force(p)
+    arguments.json(p, "what was written")
     p.set_defaults(func=run)
 
 

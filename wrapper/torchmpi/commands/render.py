@@ -10,6 +10,7 @@ from pathlib import Path
 from torchmpi import paths, torches, writable
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
+from torchmpi.commands import arguments
 from torchmpi.errors import UserError
 
 EXAMPLE = """\
@@ -32,15 +33,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
         epilog=EXAMPLE,
     )
-    p.add_argument("site", help="site name (see `torchmpi sites`) or path to a site file")
-    p.add_argument("-o", "--output", type=Path, metavar="DIR",
-                   help="environment directory (default: environments/SITE)")
+    arguments.site(p)
+    arguments.output(p, "environment directory", "environments/SITE")
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 with a diff if DIR differs from a fresh render")
-    p.add_argument("--force", action="store_true",
-                   help="overwrite files edited by hand or rendered from another site file")
-    p.add_argument("--json", action="store_true",
-                   help="machine-readable output on stdout: what was written or found")
+    arguments.force(p)
+    arguments.json(p, "what was written or found")
     p.set_defaults(func=run)
 
 

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from torchmpi import site as sitemod
+from torchmpi.commands import arguments
 from torchmpi.detect import HostLacks
 from torchmpi.errors import UserError
 
@@ -30,8 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
         epilog=EXAMPLE,
     )
-    p.add_argument("--json", action="store_true",
-                   help="machine-readable output on stdout: one object per site")
+    arguments.json(p, "one object per site")
     p.set_defaults(func=run)
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from torchmpi import venv as venvmod
+from torchmpi.commands import arguments
 from torchmpi.errors import UserError
 from torchmpi.lock import Lock
 
@@ -42,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--python", default="python3",
                    help="the site's Python, the venv's base (default: python3 on PATH, "
                         "the module's)")
-    p.add_argument("--json", action="store_true", help="the pins and paths as JSON")
+    arguments.json(p, "the pins and paths")
     p.set_defaults(func=run)
 
 
