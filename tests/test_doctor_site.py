@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
+from host_tools import local_data
 from mpi_launch import job_env
 from torchmpi import runtime
 from torchmpi import site as site_files
-from torchmpi.doctor import site_env
+from torchmpi.doctor import origin, site_env
 from torchmpi.doctor.core import FAIL, PASS, SKIP, WARN
 from torchmpi.errors import UserError
 
@@ -155,3 +160,80 @@ def test_installed_tool_reads_its_site_without_the_package_repositories(tmp_path
     assert proc.stdout.strip(), proc.stderr
     checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
     assert checks["site.env"]["status"] in ("PASS", "FAIL"), checks.get("site.env")
+
+
+# --- site.prefix: the install tree this doctor was installed into (issue 28 point 6) ----
+
+def _spack_db_dirname() -> str:
+    """Spack's own name for its database directory at an install tree's root."""
+    from torchmpi import paths
+
+    source = (paths.spack_root() / "lib" / "spack" / "spack" / "database.py").read_text()
+    return re.search(r'^_DB_DIRNAME = "([^"]+)"', source, re.MULTILINE).group(1)
+
+
+def spack_tree(tmp_path: Path, user: str = "ann") -> tuple[Path, Path]:
+    """An install tree as Spack 1.1 lays one out: its database at the root, each package
+    in ``<platform>-<target>/<name>-<version>-<hash>``, the tool's own files inside."""
+    root = tmp_path / "glade" / "work" / user / "torchmpi" / "install"
+    (root / _spack_db_dirname()).mkdir(parents=True)
+    (root / _spack_db_dirname() / "index.json").write_text("{}")
+    site_packages = (root / "linux-zen3" / "py-torchmpi-0.1.0-abcdefg" / "lib" / "python3.11"
+                     / "site-packages")
+    shutil.copytree(Path(origin.__file__).parents[1], site_packages / "torchmpi",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return root, site_packages
+
+
+def test_the_recorded_tree_is_the_one_holding_the_tools_own_files(tmp_path):
+    assert origin.SPACK_DB == _spack_db_dirname()
+    root, site_packages = spack_tree(tmp_path)
+    tool = site_packages / "torchmpi" / "doctor" / "origin.py"
+    assert origin.recorded_tree(str(tool)) == str(root)
+    # A checkout or a pip install of the tool lies in no install tree.
+    assert origin.recorded_tree(origin.__file__) is None
+
+
+def test_every_user_passes_with_the_installers_tree(tmp_path):
+    """Derecho's install.root names $user: Bob runs the module Ann installed, and his
+    torch is Ann's, under the tree the tool was installed into, so PASS, not 'the site
+    installs under /glade/work/bob/...' (the old check expanded $user with his USER)."""
+    root, _ = spack_tree(tmp_path)
+    torch_file = f"{root}/linux-zen3/py-torch-2.6.0-hij/lib/python3.11/site-packages/torch/x.py"
+    site = {"name": "derecho", "install": {"root": "/glade/work/$user/torchmpi/install"}}
+    for env in ({"USER": "bob"}, {"USER": "reframe-svc"}, {}):
+        check = origin.check_site_prefix({"torch": torch_file}, site, env, tree=str(root))
+        assert check.status == PASS and str(root) in check.detail, (env, check)
+    pip = {"torch": "/home/bob/venv/lib/python3.11/site-packages/torch/__init__.py"}
+    check = origin.check_site_prefix(pip, site, {"USER": "bob"}, tree=str(root))
+    assert check.status == FAIL and f"installs under {root}" in check.detail, check
+
+
+def test_without_a_recorded_tree_a_per_user_root_is_not_compared():
+    """The doctor of a checkout cannot tell whose $user or $PSCRATCH the installer's was."""
+    site = {"name": "perlmutter", "install": {"root": "$PSCRATCH/torchmpi/install"}}
+    check = origin.check_site_prefix({"torch": "/x/torch/__init__.py"}, site,
+                                     {"PSCRATCH": "/pscratch/sd/b/bob"}, tree=None)
+    assert check.status == SKIP and "$PSCRATCH" in check.detail, check
+    fixed = {"name": "x", "install": {"root": "/global/common/software/m1/tm/install"}}
+    assert origin.check_site_prefix({"torch": "/x/torch/__init__.py"}, fixed, {},
+                                    tree=None).status == FAIL
+
+
+def test_the_installed_doctor_compares_with_its_own_tree(tmp_path):
+    """`torchmpi doctor --site` run from a tool installed in a tree: the site file's
+    $user root (here another user's) is not what torch is compared with."""
+    root, site_packages = spack_tree(tmp_path)
+    site = tmp_path / "local.yaml"
+    data = local_data()
+    data["install"] = {"root": "/nonexistent/$user/install"}
+    site.write_text(yaml.safe_dump(data, sort_keys=False))
+    env = job_env(PYTHONPATH=str(site_packages), USER="bob")
+    proc = subprocess.run([sys.executable, "-m", "torchmpi", "doctor", "--json", "--no-probe",
+                           "--site", str(site)], env=env, capture_output=True, text=True,
+                          timeout=300, check=False, cwd=tmp_path)
+    assert proc.stdout.startswith("{"), proc.stderr
+    report = json.loads(proc.stdout)
+    check = next(c for c in report["checks"] if c["name"] == "site.prefix")
+    assert check["status"] == FAIL and f"installs under {root})" in check["detail"], check
+    assert "/nonexistent/bob" not in check["detail"]

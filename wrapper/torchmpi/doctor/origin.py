@@ -7,9 +7,16 @@ checks then describes the wheel, so this check names the files actually in use.
 
 Two signs, either enough for FAIL:
 
-* a file under the site's install tree is expected (``--site``: the site file's
-  ``install.root``, Spack's ``$user`` and environment variables expanded); one
-  outside it is someone else's;
+* a file under the site's install tree is expected (``--site``); one outside it
+  is someone else's.  The tree is the one this doctor was installed into: Spack
+  keeps its database (``.spack-db``) at the root of every install tree, written
+  at install time, so walking up from the tool's own files finds the tree the
+  site's module points at, the same for every user.  The site file's
+  ``install.root`` is no substitute where it names ``$user``, ``$PSCRATCH`` or
+  any variable: expanded with the caller's environment it names the caller's
+  tree, not the installer's, and everyone but the installer got FAIL.  It is
+  used only when the doctor runs outside an install tree (a checkout) and the
+  root names no variable;
 * NCCL loaded from ``site-packages/nvidia/nccl/`` is the PyPI wheel's, whatever
   the site's install tree (the layout of NVIDIA's ``nvidia-nccl-cu12`` wheel, which PyPI torch
   depends on).
@@ -29,6 +36,26 @@ NAME = "site.prefix"
 FIX = ("a pip install replaced the site's package: pip uninstall it from your venv (or user "
        "site), and add packages with torchmpi venv (docs/users.md, Your own packages)")
 _WHEEL_NCCL = re.compile(r"/site-packages/nvidia/nccl/")
+#: Spack's database directory at the root of an install tree (``_DB_DIRNAME`` in
+#: Spack's lib/spack/spack/database.py; tests/test_doctor_site.py reads it there).
+SPACK_DB = ".spack-db"
+_VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def recorded_tree(start: str | None = None) -> str | None:
+    """The Spack install tree holding ``start`` (default: this tool's own files), or None.
+
+    The nearest directory above with Spack's database in it: the tree the site's
+    install wrote, whoever runs the doctor.  None for a checkout or a pip install.
+    """
+    here = os.path.dirname(os.path.abspath(start or __file__))
+    while True:
+        if os.path.isdir(os.path.join(here, SPACK_DB)):
+            return os.path.normpath(here)
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
 
 
 def locate(loaded_libs: list[str]) -> dict[str, str | None]:
@@ -57,8 +84,11 @@ def install_root(site_data: Mapping[str, Any] | None, env: Mapping[str, str]) ->
 
 
 def check_site_prefix(found: Mapping[str, str | None], site_data: Mapping[str, Any] | None,
-                      env: Mapping[str, str]) -> Check:
+                      env: Mapping[str, str], tree: str | None = None) -> Check:
     """FAIL when torch, mpi4py or NCCL is a pip wheel's or lies outside the site's install tree.
+
+    ``tree``: the install tree the doctor was installed into (:func:`recorded_tree`);
+    without one, the site file's ``install.root`` where it names no variable.
 
     Only against a site: without one there is no "site's package" to be replaced
     (a pip torch with pip NCCL is a coherent stack; backend.mpi judges its lack of
@@ -76,13 +106,14 @@ def check_site_prefix(found: Mapping[str, str | None], site_data: Mapping[str, A
                                  "container.* say whether the host's libraries were injected")
     wheel = [f"libnccl from a pip wheel ({present['libnccl']})"
              for _ in [0] if _WHEEL_NCCL.search(present.get("libnccl") or "")]
-    root = install_root(site_data, env)
-    unset = re.search(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", root or "")
-    if unset and not wheel:
-        return Check(NAME, SKIP, f"install.root {root}: ${unset.group(1)} is not set here, so "
-                                 f"there is no install tree to compare with: {listed}")
-    if unset:
-        root = None
+    stated = ((site_data or {}).get("install") or {}).get("root")
+    variable = _VARIABLE.search(str(stated or ""))
+    root = tree or (None if variable else install_root(site_data, env))
+    if root is None and variable and not wheel:
+        return Check(NAME, SKIP, f"install.root {stated} names ${variable.group(1)}, which "
+                                 "is the installer's, and this doctor lies in no install "
+                                 "tree (run the one the site's module provides), so there "
+                                 f"is no install tree to compare with: {listed}")
     outside = []
     if root is not None:
         prefix = root.rstrip("/") + "/"
@@ -95,4 +126,5 @@ def check_site_prefix(found: Mapping[str, str | None], site_data: Mapping[str, A
     if root is None:
         return Check(NAME, SKIP, f"site {site_data.get('name', '')} states no install.root, "
                                  f"so there is no install tree to compare with: {listed}")
-    return Check(NAME, PASS, f"under {root}: {listed}")
+    how = " (the install tree this doctor was installed into)" if tree else ""
+    return Check(NAME, PASS, f"under {root}{how}: {listed}")

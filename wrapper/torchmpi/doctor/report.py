@@ -114,7 +114,8 @@ def run_checks(inputs: Inputs) -> list[Check]:
         nccl.check_nccl_interfaces(inputs.nccl_log, nodes),
         site_env.check_site_env(inputs.site, env, nodes),
         site_env.check_launcher_flags(env),
-        origin.check_site_prefix(inputs.origins or {}, site_data, env),
+        origin.check_site_prefix(inputs.origins or {}, site_data, env,
+                                 origin.recorded_tree()),
         *(inputs.container or []),
     ]
 
