@@ -55,6 +55,14 @@ int main(int argc, char **argv) {
 
 STUB_C = 'const char *torchmpi_stub_origin(void) { return ORIGIN; }\n'
 
+#: The image's torch stand-in: libtorch_cpu.so NEEDs libmpi.so.12 (torch built
+#: +mpi against the image's MPICH), RUNPATH to the image's copy as Spack's
+#: ``shared_linking: runpath`` links it, so an injected libmpi.so.12 on
+#: LD_LIBRARY_PATH wins.
+TORCH = "libtorch_cpu.so"
+TORCH_C = ("extern int MPI_Init(void *, void *);\n"
+           "int torch_mpi_init(void) { return MPI_Init(0, 0); }\n")
+
 
 def podman_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment podman runs with: the project's settings, storage in the cache."""
@@ -99,7 +107,8 @@ def build_image(work: Path) -> str:
     loader = _host_file("/lib64/ld-linux-x86-64.so.2")
     libc = _host_file("/lib/x86_64-linux-gnu/libc.so.6")
     digest = hashlib.sha256()
-    for part in (PROBE_C.encode(), STUB_C.encode(), " ".join(APPLETS).encode(),
+    for part in (PROBE_C.encode(), STUB_C.encode(), TORCH_C.encode(),
+                 " ".join(APPLETS).encode(),
                  busybox.read_bytes(), libc.read_bytes()):
         digest.update(hashlib.sha256(part).digest())
     tag = f"localhost/torchmpi-test-probe:{digest.hexdigest()[:16]}"
@@ -122,6 +131,11 @@ def build_image(work: Path) -> str:
         str(root / "usr/bin/probe"), str(src))
     for lib in LIBS:
         stub(root / IMAGE_LIB.lstrip("/") / lib, "image")
+    image_lib = root / IMAGE_LIB.lstrip("/")
+    torch = work / "torch.c"
+    torch.write_text(TORCH_C)
+    gcc("-shared", "-fPIC", "-o", str(image_lib / TORCH), str(torch), f"-L{image_lib}",
+        f"-Wl,--enable-new-dtags,-rpath,{IMAGE_LIB}", "-l:libmpi.so.12")
     tarball = work / "rootfs.tar"
     with tarfile.open(tarball, "w") as tar:
         tar.add(root, arcname=".")

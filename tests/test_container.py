@@ -135,6 +135,52 @@ def test_alps_edf_is_toml_with_the_hook_and_the_sites_variables(tmp_path: Path, 
     assert edf["image"].endswith(".sqsh")
 
 
+def test_alps_edf_pins_the_netstack_that_carries_the_images_pair(tmp_path: Path,
+                                                                   capsys) -> None:
+    """eth-cscs/cscs-docs docs/software/container-engine/resource-hook.md: with
+    ``com.hooks.netstack.version``/``name`` unset the hook takes ``latest`` and the
+    vCluster's ``default`` name, so a new artifact would change the plugin under an
+    image whose NCCL was pinned to the old one.  The pinned artifact carries the
+    image's aws-ofi-nccl (1.18.0) dynamically linked to CUDA (``+dl``), which the
+    image's CUDA 12.9 can load (the ``cuda-dl`` note in the same page)."""
+    out = render_cli(tmp_path, "alps-gh200", capsys)
+    edf = tomllib.loads((out / "alps-gh200.toml").read_text())
+    netstack = edf["annotations"]["com"]["hooks"]["netstack"]
+    assert netstack == {"source": "artifact", "version": "26.05.1",
+                        "name": "gpu:cuda13,cxi:12.0.1,ofi:2.5.1,aws:1.18.0+dl"}
+    assert f"aws:{sitemod.load('alps-gh200').data['container']['nccl']['plugin']}+dl" \
+        in netstack["name"]
+
+
+def test_ce_pair_no_recorded_netstack_carries_is_refused(tmp_path: Path, capsys) -> None:
+    def other(d):  # a vouched pair run on Slingshot, but no artifact carries 1.17.2
+        d["container"]["nccl"] = {"version": "2.29.2-1", "plugin": "1.17.2"}
+
+    err = _refused(tmp_path, edited_site(tmp_path, "alps-gh200", other).path, capsys)
+    assert "netstack" in err and "1.17.2" in err and "26.05.1" in err
+    assert "Traceback" not in err
+
+
+def test_alps_launch_line_is_pmi2_with_the_alt_read_network_flag(tmp_path: Path,
+                                                                 capsys) -> None:
+    """cscs-docs docs/software/communication/mpich.md ("Use PMI-2": MPICH in a
+    container is launched with ``srun --mpi=pmi2``); the site sets
+    ``FI_CXI_RDZV_PROTO=alt_read``, which needs ``--network=disable_rdzv_get``
+    (docs/users.md).  The EDF says so in its header, docs/containers.md in its run line."""
+    text = (render_cli(tmp_path, "alps-gh200", capsys) / "alps-gh200.toml").read_text()
+    [launch] = [line for line in text.splitlines() if "srun " in line]
+    words = launch.split()
+    assert "--mpi=pmi2" in words and "--network=disable_rdzv_get" in words, launch
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "containers.md").read_text()
+    [run] = [line for line in docs.splitlines() if "alps-gh200.toml python" in line]
+    assert "--mpi=pmi2" in run and "--network=disable_rdzv_get" in run, run
+    # Perlmutter sets no alt_read (NERSC/podman-hpc etc/modules.d/nccl.yaml neither):
+    # its run line has no flag for it.
+    [run] = [line for line in docs.splitlines() if "containers/perlmutter/run.sh" in line
+             and "srun" in line]
+    assert "disable_rdzv_get" not in run, run
+
+
 @pytest.mark.parametrize("name", SITES)
 def test_scripts_parse(name: str, tmp_path: Path, capsys) -> None:
     out = render_cli(tmp_path, name, capsys)
@@ -152,7 +198,8 @@ def test_derecho_wrapper_is_derived_from_the_site_file(tmp_path: Path, capsys) -
     text = (out / "run.sh").read_text()
     site = sitemod.load("derecho")
     abi = f"{site.data['mpi']['prefix']}/lib-abi-mpich"
-    assert f"--bind {abi}:{abi}:ro" in text
+    assert "--bind /opt/cray:/opt/cray:ro" in text
+    assert f"LD_LIBRARY_PATH=/opt/host/plugin:{abi}:" in text
     assert f"{site.data['libfabric']['prefix']}/lib64" in text
     assert "LD_PRELOAD=/opt/cray/pe/mpich/8.1.27/gtl/lib/libmpi_gtl_cuda.so.0" in text
     for key, value in runtime.environment(site.data).items():
@@ -176,12 +223,68 @@ def test_gtl_is_preloaded_only_where_the_site_is_cuda_aware(tmp_path: Path, caps
 def test_perlmutter_podman_hpc_module_binds_the_host_stack(tmp_path: Path, capsys) -> None:
     out = render_cli(tmp_path, "perlmutter", capsys)
     module = yaml.safe_load((out / "torchmpi-podman-hpc.yaml").read_text())
-    binds = dict(b.split(":") for b in module["bind"])
+    binds = dict(b.split(":", 1) for b in module["bind"])
     data = sitemod.load("perlmutter").data  # the site file's prefixes, not retyped here
-    assert binds[f"{data['mpi']['prefix']}/lib-abi-mpich"] == "/opt/host/0"
-    assert binds[f"{data['libfabric']['prefix']}/lib64"] == "/opt/host/1"
-    assert "-e LD_PRELOAD=/opt/host/2/libmpi_gtl_cuda.so.0" in module["additional_args"]
+    assert binds["/opt/cray"] == "/opt/cray"
+    assert binds["/usr/lib64"] == container.HOST_LIB64
+    lib_path = _arg(module["additional_args"], "LD_LIBRARY_PATH").split(":")
+    assert lib_path[0] == f"{data['mpi']['prefix']}/lib-abi-mpich"
+    assert f"{data['libfabric']['prefix']}/lib64" in lib_path
+    gtl = "/opt/cray/pe/mpich/8.1.28/gtl/lib/libmpi_gtl_cuda.so.0"
+    assert _arg(module["additional_args"], "LD_PRELOAD") == gtl
     assert "--torchmpi" in (out / "run.sh").read_text()
+
+
+def _arg(args: list[str], key: str) -> str:
+    [value] = [a.split("=", 1)[1] for a in args if a.startswith(f"-e {key}=")]
+    return value
+
+
+#: The closure of Cray MPICH's lib-abi-mpich/libmpi.so.12 outside its own directory
+#: (tests/fixtures/cray_ex/manifest.yaml): libpmi/libpmi2/libpals in /opt/cray/pe/lib64
+#: (the host's ld.so.conf, which the container does not read), libxpmem in
+#: /opt/cray/xpmem/default/lib64, libfabric's libcxi in /usr/lib64.
+CLOSURE_DIRS = ("/opt/cray/pe/lib64", "/opt/cray/xpmem/default/lib64")
+
+
+def test_derecho_wrapper_binds_what_ncars_run_line_binds(tmp_path: Path, capsys) -> None:
+    """NCAR/hpc-demos containers/tutorial/apptainer/FastEddy/run_fasteddy_container.pbs:
+    ``--bind /run --bind /opt/cray --bind /usr/lib64:/host/lib64``, ``/host/lib64`` last
+    on LD_LIBRARY_PATH, ``MPICH_SMP_SINGLE_COPY_MODE=NONE``.  Until issue 28 only
+    lib-abi-mpich, libfabric and GTL were bound: libpmi, libpals, libxpmem and libcxi,
+    which libmpi.so.12 and libfabric NEED, were not in the container."""
+    text = (render_cli(tmp_path, "derecho", capsys) / "run.sh").read_text()
+    words = shlex.split(text.split("exec apptainer exec", 1)[1])
+    assert words[:2] == ["--nv", "--bind"] and words[2] == "/run"
+    inject = "\n".join(line for line in text.splitlines() if "inject+=" in line)
+    assert "--bind /opt/cray:/opt/cray:ro" in inject
+    assert f"--bind /usr/lib64:{container.HOST_LIB64}:ro" in inject
+    [path] = re.findall(r"LD_LIBRARY_PATH=(\S+)\)", inject)
+    dirs = path.split(":")
+    assert dirs[-1] == container.HOST_LIB64 == "/host/lib64"
+    for d in CLOSURE_DIRS:
+        assert d in dirs
+    abi = f"{sitemod.load('derecho').data['mpi']['prefix']}/lib-abi-mpich"
+    assert dirs.index(abi) < dirs.index("/opt/cray/pe/lib64")
+    assert "--env MPICH_SMP_SINGLE_COPY_MODE=NONE" in text
+
+
+def test_perlmutter_module_binds_what_nersc_modules_bind(tmp_path: Path, capsys) -> None:
+    """NERSC/podman-hpc etc/modules.d/mpich.yaml (and cuda-mpich.yaml): the devices,
+    Slurm's and munge's sockets beside the MPI libraries; nccl.yaml: libcxi (in
+    /usr/lib64) beside libfabric."""
+    out = render_cli(tmp_path, "perlmutter", capsys)
+    module = yaml.safe_load((out / "torchmpi-podman-hpc.yaml").read_text())
+    for bind in ("/dev/xpmem:/dev/xpmem", "/dev/shm:/dev/shm", "/dev/cxi*:/dev/",
+                 "/var/spool/slurmd:/var/spool/slurmd", "/run/munge:/run/munge",
+                 f"/usr/lib64:{container.HOST_LIB64}"):
+        assert bind in module["bind"], bind
+    dirs = _arg(module["additional_args"], "LD_LIBRARY_PATH").split(":")
+    assert dirs[-1] == container.HOST_LIB64
+    for d in CLOSURE_DIRS:
+        assert d in dirs
+    # The plain-podman check script injects the libraries, not the node's devices.
+    assert "/dev/xpmem" not in (out / "run-podman.sh").read_text()
 
 
 # --- refusals: nothing is written -----------------------------------------------------------

@@ -65,6 +65,25 @@ SPACK_PYTHON = "/opt/spack-python"
 HOST_MOUNT = "/opt/host"
 #: Where the apptainer wrapper binds the site's native aws-ofi-nccl lib directory.
 PLUGIN_DIR = f"{HOST_MOUNT}/plugin"
+#: Where the Cray runtimes bind the host's /usr/lib64, last on LD_LIBRARY_PATH: NCAR's
+#: ``--bind /usr/lib64:/host/lib64`` (NCAR/hpc-demos containers/tutorial/apptainer/
+#: FastEddy/run_fasteddy_container.pbs).  libfabric's libcxi lives there (NERSC/podman-hpc
+#: etc/modules.d/nccl.yaml takes /usr/lib64/libcxi.so* beside libfabric); last, so the
+#: host's system libraries never shadow the image's.
+HOST_LIB64 = "/host/lib64"
+#: Directories of Cray MPICH's closure that the *host's* /etc/ld.so.conf.d names
+#: (spack/spack#29392: /opt/cray/pe/lib64 holds libpmi, libpmi2 and libpals, which
+#: libmpi.so.12 NEEDs; /opt/cray/xpmem/default/lib64 holds libxpmem).  The container
+#: reads the image's ld.so.conf, so they go on LD_LIBRARY_PATH; absent ones cost nothing.
+CRAY_LD_DIRS = ("/opt/cray/pe/lib64", "/opt/cray/xpmem/default/lib64")
+#: What NERSC's MPI modules bind besides the libraries (NERSC/podman-hpc
+#: etc/modules.d/mpich.yaml, cuda-mpich.yaml): xpmem and the Slingshot devices for
+#: Cray MPICH's shared memory and CXI, Slurm's spool and munge's socket for PMI wire-up.
+#: podman-hpc expands each source as a glob, so one a node lacks is skipped.
+PODMAN_HPC_SYSTEM_BINDS = ("/dev/xpmem:/dev/xpmem", "/dev/shm:/dev/shm", "/dev/ss0:/dev/ss0",
+                           "/dev/cxi*:/dev/", "/var/spool/slurmd:/var/spool/slurmd",
+                           "/run/munge:/run/munge", "/run/nscd:/run/nscd",
+                           "/etc/libibverbs.d:/etc/libibverbs.d")
 
 #: The ABI stand-in for Cray MPICH: MPICH 3.4.x with the ch4 device over OFI.
 #: Cray MPICH 8 reports "ANL base 3.4a2"; NCAR's Derecho container images
@@ -93,6 +112,18 @@ DEFAULT_OS = "ubuntu22.04"
 #: (eth-cscs/cscs-docs docs/software/container-engine/resource-hook.md).
 CE_HOOK_VARIANT = "cuda-dl"
 
+#: CE network stack artifacts as CSCS lists them (eth-cscs/cscs-docs
+#: docs/software/container-engine/resource-hook.md, "Selecting network stack
+#: artifacts", 26.05.1 on GH200): version -> named variants, the vCluster's
+#: ``default`` first.  Without ``com.hooks.netstack.version``/``name`` the hook takes
+#: ``latest`` and ``default``, which move when CSCS publishes a new artifact: the EDF
+#: pins the artifact that carries the image's aws-ofi-nccl.
+NETSTACK_ARTIFACTS: dict[str, tuple[str, ...]] = {
+    "26.05.1": ("gpu:cuda13,cxi:12.0.1,ofi:2.5.1,aws:1.18.0+dl",
+                "gpu:cuda13,cxi:13.1.0,ofi:2.5.1,aws:1.18.0+dl",
+                "gpu:cuda13,cxi:14.0.0,ofi:2.5.1,aws:1.18.0+dl"),
+}
+
 #: Runtimes that inject an aws-ofi-nccl plugin of their own: the image's NCCL
 #: must be the release that plugin was vouched with, so the site pins the pair.
 INJECTS_PLUGIN = {
@@ -119,6 +150,10 @@ class Plan:
     lib_path: list[str] = field(default_factory=list)
     #: in-container libraries preloaded (GTL on CUDA-aware Cray sites).
     preload: list[str] = field(default_factory=list)
+    #: variables the runtime's descriptor sets beside the site's ``runtime.env``.
+    env: dict[str, str] = field(default_factory=dict)
+    #: (version, name) of the CE netstack artifact the EDF pins.
+    netstack: tuple[str, str] | None = None
 
 
 def generic_target(site: Site) -> str:
@@ -166,6 +201,32 @@ def _gtl_dir(site: Site) -> str:
                     f" mpi.version {mpi.get('version')!r}; the GTL library"
                     " (<root>/<version>/gtl/lib) cannot be derived for container.runtime"
                     f" {site.data['container']['runtime']}")
+
+
+def _cray_root(site: Site) -> Path:
+    """The host's root that ``mpi.prefix``'s ``opt/cray`` sits in: ``/`` on a site,
+    a test's stand-in tree below a tmp directory (tests/cray_ex.py)."""
+    prefix = Path(site.data["mpi"]["prefix"])
+    for parent in prefix.parents:
+        if parent.name == "cray" and parent.parent.name == "opt":
+            return parent.parent.parent
+    raise UserError(f"{site.path}: mpi.prefix {prefix} is not below /opt/cray; container"
+                    f".runtime {site.data['container']['runtime']} binds the host's /opt/cray"
+                    " (Cray MPICH and what it NEEDs) as NCAR and NERSC do")
+
+
+def _netstack(site: Site, plugin: str | None) -> tuple[str, str]:
+    """(version, name) of the newest recorded CE netstack artifact carrying ``plugin``,
+    dynamically linked to CUDA (``+dl``: "portable across versions", resource-hook.md)."""
+    for version in sorted(NETSTACK_ARTIFACTS, reverse=True):
+        for name in NETSTACK_ARTIFACTS[version]:
+            if f"aws:{plugin}+dl" in name.split(","):
+                return version, name
+    known = "; ".join(f"{v}: {', '.join(n)}" for v, n in NETSTACK_ARTIFACTS.items())
+    raise UserError(f"{site.path}: container.nccl.plugin: aws-ofi-nccl {plugin} is in no"
+                    " recorded CE netstack artifact, so the EDF cannot pin one that loads"
+                    f" the image's pair; pin a pair whose plugin one carries ({known};"
+                    " eth-cscs/cscs-docs docs/software/container-engine/resource-hook.md)")
 
 
 def plan(site: Site) -> Plan:
@@ -228,21 +289,40 @@ def plan(site: Site) -> Plan:
                         " (cray-mpich, openmpi-cuda and openmpi do)")
     out = Plan(runtime=rt, target=generic_target(site), os=box.get("os", DEFAULT_OS),
                mpi=mpi, nccl=nccl)
+    if rt == "ce":
+        out.netstack = _netstack(site, nccl.get("plugin"))
     if rt in ("podman-hpc", "apptainer"):
-        abi = str(Path(d["mpi"]["prefix"]) / "lib-abi-mpich")
+        # The whole Cray tree at its own path, as NCAR binds it (--bind /opt/cray), so
+        # every RUNPATH and link inside it resolves as on the host; the host's
+        # /usr/lib64 last (run_fasteddy_container.pbs).  Under a test's stand-in root
+        # the same layout sits below that root.
+        root = _cray_root(site)
+
+        def inside(host: str) -> str:
+            return "/" + str(Path(host).relative_to(root))
+
+        out.binds.append((str(root / "opt" / "cray"), "/opt/cray"))
+        out.lib_path.append(inside(str(Path(d["mpi"]["prefix"]) / "lib-abi-mpich")))
+        out.lib_path.append(CRAY_LD_DIRS[0])
         libfabric = (d.get("libfabric") or {}).get("prefix")
-        host_dirs = [abi] + ([f"{libfabric}/lib64"] if libfabric else [])
+        if libfabric:
+            lib64 = f"{libfabric}/lib64"
+            if Path(lib64).is_relative_to(root / "opt" / "cray"):
+                out.lib_path.append(inside(lib64))
+            else:
+                out.binds.append((lib64, f"{HOST_MOUNT}/libfabric"))
+                out.lib_path.append(f"{HOST_MOUNT}/libfabric")
+        out.lib_path.extend(CRAY_LD_DIRS[1:])
         if cuda_aware:
-            host_dirs.append(_gtl_dir(site))
-        for i, host in enumerate(host_dirs):
-            # apptainer binds at the host path (NCAR's --bind /opt/cray); podman-hpc
-            # mounts under /opt/host, clear of the image's own tree.
-            inside = host if rt == "apptainer" else f"{HOST_MOUNT}/{i}"
-            out.binds.append((host, inside))
-            out.lib_path.append(inside)
-        if cuda_aware:
-            out.preload.append(f"{out.lib_path[-1]}/libmpi_gtl_cuda.so.0")
+            gtl = inside(_gtl_dir(site))
+            out.lib_path.append(gtl)
+            out.preload.append(f"{gtl}/libmpi_gtl_cuda.so.0")
+        out.binds.append((str(root / "usr" / "lib64"), HOST_LIB64))
+        out.lib_path.append(HOST_LIB64)
         if rt == "apptainer":
+            # NCAR's run line: Cray MPICH's single-copy path (xpmem/CMA) is off across
+            # apptainer's process boundary (run_fasteddy_container.pbs).
+            out.env["MPICH_SMP_SINGLE_COPY_MODE"] = "NONE"
             # The site's native plugin, bound here by the wrapper when it is given
             # (TORCHMPI_PLUGIN_LIB); a directory that is absent costs nothing.
             out.lib_path.insert(0, PLUGIN_DIR)
@@ -517,12 +597,17 @@ def edf(site: Site, p: Plan) -> dict[str, Any]:
     for key, value in rt.append_path.items():
         env[key] = f"${{{key}:-}}:{value}"
     box = site.data["container"]
+    hooks: dict[str, Any] = {"aws_ofi_nccl": {"enabled": "true", "variant": CE_HOOK_VARIANT}}
+    if p.netstack:
+        # The artifact, not the host's libraries, and this one, not `latest`
+        # (resource-hook.md, "Selecting the network stack source" and "... artifacts").
+        hooks["netstack"] = {"source": "artifact", "version": p.netstack[0],
+                             "name": p.netstack[1]}
     out: dict[str, Any] = {
         "image": f"${{SCRATCH}}/ce-images/torchmpi-{site.name}+{__version__}.sqsh",
         "mounts": list(box.get("mounts") or []),
         "workdir": "${PWD}",
-        "annotations": {"com": {"hooks": {"aws_ofi_nccl": {
-            "enabled": "true", "variant": CE_HOOK_VARIANT}}}},
+        "annotations": {"com": {"hooks": hooks}},
     }
     if env:
         out["env"] = env
@@ -545,8 +630,31 @@ def _toml(data: dict[str, Any], name: str) -> str:
 MARKER = "TORCHMPI_CONTAINER"
 
 
-def _env_args(site: Site, flag: str, engine: str) -> list[str]:
-    env = {MARKER: engine, **runtime.environment(site.data)}
+def srun_line(site: Site, rest: str) -> str:
+    """``srun --mpi=pmi2`` plus the flags the site's runtime values need, then ``rest``.
+
+    PMI-2: MPICH in a container is wired up through Slurm's PMI-2 (eth-cscs/cscs-docs
+    docs/software/communication/mpich.md, "Use PMI-2"); the flags: fabric data
+    ``launcher_flags`` (``--network=disable_rdzv_get`` with ``alt_read``)."""
+    env = runtime.environment(site.data)
+    words = ["srun", "--mpi=pmi2"]
+    for rule in runtime.launcher_flags():
+        if env.get(rule["variable"]) == rule["value"]:
+            words.append(f"--network={rule['slurm_value']}")
+    return " ".join([*words, rest])
+
+
+def edf_text(site: Site, p: Plan) -> str:
+    """The EDF with the line that launches it in its header."""
+    name = f"{site.name}.toml"
+    return comment(f"Launch: {srun_line(site, f'-n N --environment=$PWD/{name} python train.py')}",
+                   "(PMI-2 for the image's MPICH: cscs-docs communication/mpich.md).") \
+        + _toml(edf(site, p), name)
+
+
+def _env_args(site: Site, flag: str, engine: str,
+              extra: dict[str, str] | None = None) -> list[str]:
+    env = {MARKER: engine, **(extra or {}), **runtime.environment(site.data)}
     return [f"{flag} {shlex.quote(f'{k}={v}')}" for k, v in env.items()]
 
 
@@ -615,7 +723,7 @@ def podman_sh(site: Site, p: Plan, devices: bool = False) -> str:
     if devices and site.data["fabric"] == "ib":
         flags.append("--device /dev/infiniband")
     body.append(f'exec podman run {" ".join(flags)} "${{inject[@]}}" '
-                + " ".join(_env_args(site, "-e", "podman")) + _command(site))
+                + " ".join(_env_args(site, "-e", "podman", p.env)) + _command(site))
     return _script(site, what, body)
 
 
@@ -631,7 +739,7 @@ def apptainer_sh(site: Site, p: Plan) -> str:
             f"TORCHMPI_IMAGE: the .sif (default {site.name}.sif)."]
     body = _inject_block(p, "--bind", "--env")
     body.append('exec apptainer exec --nv --bind /run "${inject[@]}" '
-                + " ".join(_env_args(site, "--env", "apptainer")) + _command(site))
+                + " ".join(_env_args(site, "--env", "apptainer", p.env)) + _command(site))
     return _script(site, what, body, image=f"{site.name}.sif")
 
 
@@ -647,7 +755,8 @@ def podman_hpc_module(site: Site, p: Plan) -> dict[str, Any]:
             "env": "ENABLE_TORCHMPI", "shared_run": True,
             "conflicts": ["mpich", "cuda-mpi", "nccl"],
             "additional_args": args,
-            "bind": [f"{host}:{inside}" for host, inside in p.binds]}
+            "bind": [*(f"{host}:{inside}" for host, inside in p.binds),
+                     *PODMAN_HPC_SYSTEM_BINDS]}
 
 
 def podman_hpc_sh(site: Site, p: Plan) -> str:
@@ -691,7 +800,7 @@ def _check_shell(name: str, text: str) -> None:
 def descriptors(site: Site, p: Plan) -> dict[str, str]:
     out: dict[str, str] = {}
     if p.runtime == "ce":
-        out[f"{site.name}.toml"] = _toml(edf(site, p), f"{site.name}.toml")
+        out[f"{site.name}.toml"] = edf_text(site, p)
     elif p.runtime == "podman-hpc":
         module = podman_hpc_module(site, p)
         out["torchmpi-podman-hpc.yaml"] = document([Block(module)], module,
