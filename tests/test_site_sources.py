@@ -298,3 +298,81 @@ def test_vouched_pair_sources_use_the_release_notes_verb() -> None:
         verb = RELEASE_NOTE_VERB[plugin]
         assert m[2] == verb, f"{source}: the release notes say {verb!r}"
     assert quoted >= 4
+
+
+# --- install trees and scheduler access (issue 28 points 6 and 7) --------------------
+
+#: Centre sites, the install.root and checks.access lines each must cite, and what the
+#: centre's documents make them: a shared tree that is never purged, and the options
+#: every job of that machine's GPU partition needs.
+CENTRE_LAYOUT = {
+    "perlmutter": {"root": "/global/common/software/", "access": ["-C gpu"]},
+    "derecho": {"root": "/glade/work/", "access": ["-q main"]},
+}
+#: Purged or per-job file systems: NERSC's $PSCRATCH/$SCRATCH (8 weeks), NCAR's Derecho
+#: scratch (180 days), a node's $TMPDIR.
+PURGED = re.compile(r"\$\{?(PSCRATCH|SCRATCH|TMPDIR)\b|/pscratch/|/glade/derecho/scratch/")
+
+
+def _cited_line(text: str, needle: str) -> str:
+    lines = [line for line in text.splitlines() if line.split(" #")[0].strip() == needle]
+    assert len(lines) == 1, (needle, lines)
+    return lines[0]
+
+
+@pytest.mark.parametrize("site", sorted(CENTRE_LAYOUT))
+def test_install_root_is_shared_unpurged_and_cited(site: str) -> None:
+    text = _text(site)
+    root = yaml.safe_load(text)["install"]["root"]
+    assert not PURGED.search(root), f"{site}: install.root {root} is on a purged file system"
+    assert root.startswith(CENTRE_LAYOUT[site]["root"]), root
+    cites = set(CITATION.findall(_cited_line(text, f"root: {root}").partition(" #")[2]))
+    assert cites and cites <= defined_keys(text), (site, cites)
+
+
+@pytest.mark.parametrize("site", sorted(CENTRE_LAYOUT))
+def test_scheduler_access_is_the_centres_and_reaches_reframe(site: str) -> None:
+    from torchmpi import reframe as rfmconf
+    from torchmpi import site as sitemod
+
+    text = _text(site)
+    access = yaml.safe_load(text)["checks"]["access"]
+    assert access == CENTRE_LAYOUT[site]["access"]
+    for entry in access:
+        cites = set(CITATION.findall(_cited_line(text, f"- {entry}").partition(" #")[2]))
+        assert cites and cites <= defined_keys(text), (site, entry, cites)
+    config = rfmconf.configuration(sitemod.load(site), env_from="runtime-sh",
+                                   outdir=paths.sites_dir(), extra_prepare=[])
+    assert config["systems"][0]["partitions"][0]["access"] == access
+
+
+@pytest.mark.parametrize(("site", "option", "lines"), [
+    ("perlmutter", "account=m0000", ["#SBATCH -C gpu", "#SBATCH --account=m0000"]),
+    ("derecho", "A=P00000000", ["#PBS -q main", "#PBS -A P00000000"]),
+])
+def test_real_reframe_job_scripts_carry_access_and_the_admins_account(
+        site: str, option: str, lines: list[str], tmp_path) -> None:
+    """docs/admins.md: the site's access in every job, the account given as `-J`."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from mpi_launch import job_env
+    from torchmpi import reframe as rfmconf
+    from torchmpi.cli import main
+
+    assert main(["reframe", site, "-o", str(tmp_path / "cfg")]) == 0
+    env = job_env(TMPDIR=str(tmp_path), HOME=str(tmp_path))
+    env.pop("RFM_CONFIG_FILES", None)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
+    proc = subprocess.run([str(tmp_path / "cfg" / rfmconf.SCRIPT), "--dry-run", "-J", option,
+                           "-n", "torchmpi_allreduce%variant=gloo_cpu",
+                           "--prefix", str(tmp_path / "rfm")], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    scripts = sorted((tmp_path / "rfm" / "stage").glob("*/*/*/*/rfm_job.sh"))
+    assert scripts, proc.stdout
+    text = scripts[0].read_text()
+    for line in lines:
+        assert line in text.splitlines(), (line, text)

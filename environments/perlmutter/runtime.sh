@@ -1,7 +1,7 @@
 # Rendered by torchmpi 0.1.0 from sites/perlmutter.yaml; do not edit by hand:
 # change the site file and run `torchmpi render perlmutter` (docs/sites.md).
 # spack v1.1.0, builtin spack-packages v2026.06.0
-# site-sha256: c0326840baa76f23eada52b58c63522e4146992cd77f177b31615d7491dd3507
+# site-sha256: 3d9bcf4b64fe8ebece126f8195e4259ee403e2964c44e59c78b5793feabdd526
 # body-sha256: 8470042915c1a582595ed65ad26dc934a5cb7525d374d8a3aed07877d7d2a613
 # Runtime variables for jobs on 'perlmutter' (launcher: slurm, fabric: slingshot).
 # Source this file in the job script; it changes nothing at build time.
