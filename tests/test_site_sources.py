@@ -376,3 +376,32 @@ def test_real_reframe_job_scripts_carry_access_and_the_admins_account(
     text = scripts[0].read_text()
     for line in lines:
         assert line in text.splitlines(), (line, text)
+
+
+def _prose(path) -> str:
+    """A file's text with comment markers and line breaks folded, to read its sentences."""
+    return " ".join(re.sub(r"^\s*#", " ", line) for line in path.read_text().splitlines()).join(
+        ["", ""]).replace("  ", " ")
+
+
+def test_plugin_name_claims_are_the_plugins_source() -> None:
+    """From v1.13.0 aws-ofi-nccl registers as "Libfabric" and renames itself to "AWS
+    Libfabric" or "OFI" only when NCCL_NET asks (the fixture, read at the tags); it never
+    registers as "OFI". HPE's ccl_env.sh and the Slingshot defaults use "AWS Libfabric",
+    the one name every release answers to."""
+    import json
+
+    root = paths.root()
+    ranges = json.loads((root / "tests/fixtures/aws_ofi_nccl_net_names.json").read_text())
+    accepted = [set(r["accepted"]) for r in ranges["ranges"]]
+    newest = max(ranges["ranges"], key=lambda r: [int(n) for n in r["from"].split(".")])
+    assert newest["accepted"][0] == "Libfabric"  # the name in the ncclNet struct
+    fabric = root / "wrapper" / "torchmpi" / "data" / "fabrics" / "slingshot.yaml"
+    for path in (fabric,
+                 paths.torchmpi_repo() / "packages" / "aws_ofi_nccl" / "package.py"):
+        text = " ".join(_prose(path).split())
+        assert 'registers as "OFI"' not in text, path
+        assert 'uses "OFI"' not in text, path  # HPE's ccl_env.sh: NCCL_NET="AWS Libfabric"
+        assert 'registers as "Libfabric"' in text, path
+    value = yaml.safe_load(fabric.read_text())
+    assert all(value["env"]["NCCL_NET"] in names for names in accepted)

@@ -7,7 +7,7 @@ Neutral unless asked: with the default ``~cxi`` this recipe concretizes and
 sets the run environment exactly as builtin does, so registering the torchmpi
 repository site-wide changes nothing for other users.  ``+cxi`` (what
 ``nccl-ss11`` asks for) adds libfabric's ``cxi`` provider and a ``NCCL_NET``
-that names the plugin the way the installed version registers itself.
+that the installed version answers to (the names by release: ``nccl_net``).
 """
 
 from spack_repo.builtin.packages.aws_ofi_nccl.package import AwsOfiNccl as BuiltinAwsOfiNccl
@@ -35,11 +35,15 @@ class AwsOfiNccl(BuiltinAwsOfiNccl):
     def nccl_net(self) -> str:
         """The ``NCCL_NET`` value that selects this plugin.
 
-        Through 1.12.x the plugin registers only as "AWS Libfabric"; the name
-        "OFI" (with "AWS Libfabric" kept as an alias) arrived with
-        aws/aws-ofi-nccl#530, first released in v1.13.0-aws.  HPE's Slingshot
-        guide now uses "OFI" (HewlettPackard/shs-ccl-docs), which has no
-        space to quote in job scripts.
+        Through 1.12.x the plugin registers only as "AWS Libfabric".  From
+        v1.13.0-aws (aws/aws-ofi-nccl#530) it registers as "Libfabric", and a
+        constructor (``nvidia_plugin_name_fixup``) renames it to "AWS
+        Libfabric" or "OFI" when ``NCCL_NET`` names one of them
+        (tests/fixtures/aws_ofi_nccl_net_names.json, read at the tags).  So
+        "OFI" selects 1.13.0 and later, and has no space to quote in job
+        scripts; HPE's ``ccl_env.sh`` (HewlettPackard/shs-ccl-docs) sets
+        ``NCCL_NET="AWS Libfabric"``, which every release answers to, and
+        torchmpi's Slingshot defaults (data/fabrics/slingshot.yaml) set that.
         """
         return "AWS Libfabric" if self.spec.satisfies("@:1.12") else "OFI"
 
