@@ -1032,3 +1032,207 @@ def test_every_vouched_pair_names_its_source() -> None:
 def test_cray_dag_nccl_and_plugin_are_a_vouched_pair(cray_dag: Dag) -> None:
     pair = (cray_dag.one("nccl")["version"], cray_dag.one("aws-ofi-nccl")["version"])
     assert pair in {(n, p) for n, p, *_ in vouched_pairs()}, pair
+
+
+# --- AMD GPUs: py-torch-mpi +rocm, RCCL with the plugin at vouched pairs -------
+#
+# Checked on the package classes by Spack's own condition semantics (one
+# ``spack python``, seconds): a full +rocm solve pulls the whole ROCm stack
+# and takes minutes here (see ``rocm_slingshot_solve`` below, the one solve).
+
+#: py-torch-mpi +rocm for Slingshot with every variant a ``when=`` may test
+#: stated, so that abstract ``satisfies`` decides each condition.
+ROCM_SLINGSHOT = ("py-torch-mpi@0.1.0 +rocm ~cuda amdgpu_target=gfx90a fabric=slingshot "
+                  "+mpi4py ~cuda_aware_mpi")
+
+
+def vouched_rccl_pairs() -> list[tuple[str, str, str, str, str, str]]:
+    """VOUCHED_RCCL_PAIRS from nccl_ss11/package.py, read as data."""
+    return [tuple(p) for p in package_constant("nccl_ss11", "VOUCHED_RCCL_PAIRS")]
+
+
+@pytest.fixture(scope="session")
+def rocm_facts(spack) -> dict:
+    """What the torchmpi package classes ask of a +rocm build, by condition."""
+    code = f"""
+import json
+import spack.repo
+import spack.spec
+
+def cls(name):
+    return spack.repo.PATH.get_pkg_class(name)
+
+def refused(name, text):
+    spec = spack.spec.Spec(text)
+    return [msg for when, entries in cls(name).conflicts.items() for c, msg in entries
+            if spec.satisfies(when) and spec.satisfies(c)]
+
+def unmet(name, text):
+    spec = spack.spec.Spec(text)
+    return [msg for when, entries in cls(name).requirements.items()
+            for reqs, policy, msg in entries
+            if spec.satisfies(when) and not any(spec.satisfies(r) for r in reqs)]
+
+def deps(name, text):
+    spec = spack.spec.Spec(text)
+    out = {{}}
+    for when, by_name in cls(name).dependencies.items():
+        if spec.satisfies(when):
+            for dep, dependency in by_name.items():
+                merged = out.setdefault(dep, spack.spec.Spec(dep))
+                merged.constrain(dependency.spec)
+    return {{dep: str(s) for dep, s in out.items()}}
+
+base = {ROCM_SLINGSHOT!r}
+pairs = __import__(cls("nccl-ss11").__module__, fromlist=["x"]).VOUCHED_RCCL_PAIRS
+torch = "py-torch@2.10.0 +distributed +mpi +rocm ~cuda amdgpu_target=gfx90a +cuda_aware_mpi"
+print(json.dumps({{
+    "deps": deps("py-torch-mpi", base),
+    "aware_deps": deps("py-torch-mpi", base.replace("~cuda_aware_mpi", "+cuda_aware_mpi")
+                       + " ^[virtuals=mpi] cray-mpich+rocm"),
+    "vouched": {{f"{{r}}/{{p}}": unmet("py-torch-mpi", f"{{base}} ^rccl@{{r}} ^aws-ofi-nccl@{{p}}")
+                + refused("py-torch-mpi", f"{{base}} ^rccl@{{r}} ^aws-ofi-nccl@{{p}}")
+                for r, p, *_ in pairs}},
+    "unvouched": unmet("py-torch-mpi", f"{{base}} ^rccl@6.4.0 ^aws-ofi-nccl@1.18.0"),
+    "crossed": unmet("py-torch-mpi", f"{{base}} ^rccl@7.1.1 ^aws-ofi-nccl@1.19.0"),
+    "tcp_any_pair": unmet("py-torch-mpi", base.replace("fabric=slingshot", "fabric=tcp")
+                          + " ^rccl@6.4.0 ^aws-ofi-nccl@1.18.0"),
+    "both_vendors": refused("py-torch-mpi", base.replace("~cuda ", "+cuda cuda_arch=90 ")),
+    "no_target": refused("py-torch-mpi", base.replace("gfx90a", "none")),
+    "cpu_slingshot": refused("py-torch-mpi", base.replace("+rocm", "~rocm")),
+    "torch_variant_conditions": [str(w) for w in cls("py-torch").variants
+                                 if "cuda_aware_mpi" in cls("py-torch").variants[w]],
+    "torch_refused": {{mpi: refused("py-torch", f"{{torch}} ^[virtuals=mpi] {{mpi}}")
+                      for mpi in ("cray-mpich+rocm~cuda", "cray-mpich~rocm~cuda",
+                                  "mpich+rocm~cuda", "openmpi+rocm~cuda")}},
+}}))
+"""
+    return json.loads(spack.python(code).stdout.strip().splitlines()[-1])
+
+
+def test_rocm_torch_is_builtins_rocm_build_with_mpi_and_rccl(rocm_facts: dict) -> None:
+    """py-torch-mpi +rocm asks builtin py-torch for ROCm with RCCL (its "nccl"
+    variant) and the MPI backend, for the same GPU target as RCCL; no CUDA, no
+    gloo (builtin py-torch conflicts +gloo+rocm), no NVIDIA NCCL."""
+    deps = rocm_facts["deps"]
+    torch = deps["py-torch"]
+    for part in ("+rocm", "+nccl", "+distributed", "+mpi", "~cuda", "amdgpu_target=gfx90a",
+                 "~cuda_aware_mpi"):
+        assert part in torch, (part, torch)
+    assert "gloo" not in torch, torch
+    assert "amdgpu_target=gfx90a" in deps["rccl"], deps["rccl"]
+    assert not {"nccl", "nccl-ss11"} & set(deps), sorted(deps)
+
+
+def test_rocm_slingshot_takes_the_plugin_built_for_rocm(rocm_facts: dict) -> None:
+    plugin = rocm_facts["deps"]["aws-ofi-nccl"]
+    for part in ("+rocm", "~cuda", "+cxi"):
+        assert part in plugin, (part, plugin)
+
+
+def test_rocm_cuda_aware_mpi_reaches_py_torch(rocm_facts: dict) -> None:
+    """+cuda_aware_mpi with +rocm asks py-torch for its patched MPI check, but
+    not mpi4py's GTL preload (libmpi_gtl_cuda's; GTL for HSA is the next step)."""
+    deps = rocm_facts["aware_deps"]
+    assert "+cuda_aware_mpi" in deps["py-torch"], deps["py-torch"]
+    assert "cuda_aware_mpi" not in deps.get("py-mpi4py", ""), deps.get("py-mpi4py")
+    assert "@2.6:+mpi+rocm" in "".join(rocm_facts["torch_variant_conditions"]).replace(" ", ""), (
+        rocm_facts["torch_variant_conditions"])
+
+
+def test_rocm_cuda_aware_mpi_only_on_cray_mpich_rocm(rocm_facts: dict) -> None:
+    """The patched check sees HIP buffers only through Cray's switch: py-torch
+    +rocm +cuda_aware_mpi is refused on every other provider, and on a
+    cray-mpich without +rocm; the CUDA-only refusal does not fire on +rocm."""
+    refused = rocm_facts["torch_refused"]
+    assert refused["cray-mpich+rocm~cuda"] == [], refused
+    assert any("needs cray-mpich+rocm" in m for m in refused["cray-mpich~rocm~cuda"]), refused
+    for mpi in ("mpich+rocm~cuda", "openmpi+rocm~cuda"):
+        assert any("cannot see" in m and "ROCm support" in m for m in refused[mpi]), refused
+
+
+def test_every_vouched_rccl_pair_is_admitted(rocm_facts: dict) -> None:
+    assert set(rocm_facts["vouched"]) == {f"{r}/{p}" for r, p, *_ in vouched_rccl_pairs()}
+    assert {pair: why for pair, why in rocm_facts["vouched"].items() if why} == {}
+
+
+def test_unvouched_rccl_pair_is_refused_with_the_allowed_pairs(rocm_facts: dict) -> None:
+    """A plugin no source ran with that ROCm (1.18.0 with 6.4.0), and two
+    vouched releases crossed (OLCF's ROCm with HPE's plugin), are refused by
+    the requirement's own message, which names the pairs and who ran them;
+    off Slingshot no pair is asked for."""
+    for key in ("unvouched", "crossed"):
+        message = " ".join(rocm_facts[key])
+        assert "no source vouches for this RCCL/aws-ofi-nccl pair" in message, (key, message)
+        assert "rccl@6.4.0 with aws-ofi-nccl@1.19.0 (HPE)" in message, message
+    assert rocm_facts["tcp_any_pair"] == []
+
+
+def test_rocm_refusals_name_the_fix(rocm_facts: dict) -> None:
+    assert any("+cuda and +rocm are exclusive" in m for m in rocm_facts["both_vendors"])
+    assert any("amdgpu_target=gfx90a" in (m or "") for m in rocm_facts["no_target"])
+    assert any("+rocm amdgpu_target=<target>" in m for m in rocm_facts["cpu_slingshot"])
+
+
+def test_vouched_rccl_pairs_are_labelled_and_cited() -> None:
+    """Each row: the ROCm/RCCL release, a plugin release, the libfabric, where
+    it ran, who ran it and a source at a commit; HPE's and OLCF's builds present."""
+    pairs = vouched_rccl_pairs()
+    assert {(r, p, who) for r, p, _, _, who, _ in pairs} >= {
+        ("6.4.0", "1.19.0", "HPE"), ("7.1.1", "1.19.2", "OLCF")}
+    for row in pairs:
+        assert len(row) == 6 and row[3] == "slingshot" and "@" in row[5], row
+
+
+def test_pairs_reader_ignores_the_rccl_table() -> None:
+    """torchmpi.pairs (the NVIDIA pin) reads VOUCHED_PAIRS only: no RCCL row
+    is ever offered as an NCCL release."""
+    from torchmpi import pairs
+
+    rocm = {r for r, *_ in vouched_rccl_pairs()}
+    assert rocm and not rocm & {p.nccl for p in pairs.vouched()}
+
+
+def _fabric_vendors() -> dict:
+    data = yaml.safe_load((ROOT / "wrapper/torchmpi/data/fabrics/slingshot.yaml").read_text())
+    return data, data["vendors"]
+
+
+def test_amd_slingshot_defaults_are_a_vendor_dimension_each_value_cited() -> None:
+    """The AMD values live beside the shared ``env`` (no second copy): every
+    shared value is either restated by an AMD source (``agrees``) or
+    overridden by a centre; every value names a source at a commit."""
+    data, vendors = _fabric_vendors()
+    amd = vendors["amd"]
+    overridden = {k for c in amd["centres"].values() for k in c.get("env", {})}
+    overridden |= {k for c in amd["centres"].values() for k in c.get("multi_node_only", {})}
+    assert set(data["env"]) <= set(amd["agrees"]) | overridden
+    assert not set(amd["env"]) & set(data["env"]), "vendor env only adds"
+    cited = [amd["agrees"][k] for k in amd["agrees"]]
+    for block in [amd, *amd["centres"].values()]:
+        for key in ("env", "multi_node_only"):
+            cited += [entry["source"] for entry in block.get(key, {}).values()]
+    assert cited and all(re.search(r"\w/[\w.-]+@[0-9a-f]{7} \S+:\d", s) for s in cited), cited
+
+
+def test_amd_slingshot_defaults_carry_what_olcf_and_lumi_document() -> None:
+    _, vendors = _fabric_vendors()
+    amd = vendors["amd"]
+    assert amd["env"]["HSA_FORCE_FINE_GRAIN_PCIE"]["value"] == "1"
+    olcf = amd["centres"]["olcf"]
+    assert olcf["env"]["FI_MR_CACHE_MONITOR"]["value"] == "kdreg2"
+    assert olcf["env"]["NCCL_SOCKET_IFNAME"]["value"] == "hsn0,hsn1,hsn2,hsn3"
+    assert olcf["multi_node_only"]["NCCL_NET"] == {
+        **olcf["multi_node_only"]["NCCL_NET"], "value": "OFI", "single_node": "Socket"}
+    assert {"MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR"} <= set(olcf["env"])
+    assert "MIOPEN_CUSTOM_CACHE_DIR" in amd["centres"]["lumi"]["env"]
+
+
+def test_runtime_ignores_the_vendor_block() -> None:
+    """Until a site names its GPU vendor, the Slingshot defaults a site gets
+    are the shared ``env`` alone (shipped sites render as before)."""
+    from torchmpi import runtime
+
+    data, _ = _fabric_vendors()
+    _, env = runtime.fabric_defaults("slingshot")
+    assert dict(env) == {k: str(v) for k, v in data["env"].items()}

@@ -104,6 +104,40 @@ VOUCHED_PAIRS = (
 )
 
 
+#: (ROCm release of RCCL, aws-ofi-nccl built ``--with-rocm``, libfabric the
+#: source used, fabric it ran on, who ran it, source): the pairs of RCCL and
+#: the plugin that ``py-torch-mpi +rocm fabric=slingshot`` allows.  The same
+#: six columns as ``VOUCHED_PAIRS``, but a table of its own: column 0 is a
+#: ROCm/RCCL release, not an NCCL one, and ``torchmpi.pairs`` reads
+#: ``VOUCHED_PAIRS`` row by row (``Pair(*row)``) to pin ``nccl`` on NVIDIA
+#: sites; an RCCL row there would be offered as an NCCL pin, and a seventh
+#: "vendor" column would break that reader.  The OLCF pair needs
+#: aws-ofi-nccl 1.19.2, which builtin v2026.06.0 lacks (newest: 1.19.0): a
+#: site reaches it only with an external plugin (Frontier's rccl-net-plugin
+#: module) until builtin has the release.  docs/design.md shows this table.
+VOUCHED_RCCL_PAIRS = (
+    (
+        "7.1.1",
+        "1.19.2",
+        "2.3.1",
+        "slingshot",
+        "OLCF",
+        (
+            "OLCF Frontier build steps (ROCm 7.1.1 as their example), olcf/olcf-user-docs@f0571fe "
+            "software/analytics/pytorch_frontier.rst:638-658"
+        ),
+    ),
+    (
+        "6.4.0",
+        "1.19.0",
+        "1.22.0",
+        "slingshot",
+        "HPE",
+        "HPE HewlettPackard/shs-ccl-docs@438fcce rccl/build_rccl_environment.sh:12-15",
+    ),
+)
+
+
 def vouched_plugins(nccl: str) -> list:
     """The plugin releases vouched for with NCCL ``nccl``, newest first."""
     return [pair[1] for pair in VOUCHED_PAIRS if pair[0] == nccl]

@@ -154,6 +154,16 @@ class PyTorch(BuiltinPyTorch):
         description="Let the MPI backend pass CUDA tensors to a CUDA-aware MPI "
         "(recognise MPICH/Cray MPICH, link Cray's GTL library)",
     )
+    # ROCm: ProcessGroupMPI sees a HIP tensor as is_cuda(), so the same patched
+    # check decides; on Cray MPICH it answers MPICH_GPU_SUPPORT_ENABLED, the
+    # switch HPE documents for AMD GPUs too (GTL for HSA, libmpi_gtl_hsa).
+    variant(
+        "cuda_aware_mpi",
+        default=False,
+        when="@2.6: +mpi+rocm",
+        description="Let the MPI backend pass HIP tensors to Cray MPICH +rocm "
+        "(the MPICH branch of the patched check; Cray's MPICH_GPU_SUPPORT_ENABLED)",
+    )
 
     # Between the two fixtures (v2.6.0, v2.9.1) no release text was read, and
     # builtin deprecates all of them (CVEs): excluded rather than assumed.
@@ -172,7 +182,7 @@ class PyTorch(BuiltinPyTorch):
     for _mpi in CUDA_AWARE_MPI_PROVIDERS:
         conflicts(
             f"^[virtuals=mpi] {_mpi}~cuda",
-            when="+cuda_aware_mpi",
+            when="+cuda_aware_mpi +cuda",
             msg=f"py-torch +cuda_aware_mpi needs a CUDA-aware MPI: use {_mpi}+cuda "
             "(or openmpi-cuda)",
         )
@@ -183,6 +193,22 @@ class PyTorch(BuiltinPyTorch):
             msg=f"py-torch +cuda_aware_mpi: {_mpi} is not known to torchmpi to be CUDA-aware; "
             "use cray-mpich+cuda, mpich+cuda, openmpi+cuda or openmpi-cuda (or ~cuda_aware_mpi)",
         )
+
+    # +rocm: only Cray MPICH.  PyTorch's Open MPI branch asks
+    # MPIX_Query_cuda_support(), and the patched MPICH branch, without Cray's
+    # switch, asks MPIX_GPU_SUPPORT_CUDA: neither answers for HIP buffers.
+    for _mpi in ("openmpi", "openmpi-cuda", "mpich"):
+        conflicts(
+            f"^[virtuals=mpi] {_mpi}",
+            when="+cuda_aware_mpi +rocm",
+            msg=f"py-torch +rocm +cuda_aware_mpi: the MPI backend's check cannot see {_mpi}'s "
+            "ROCm support; use cray-mpich+rocm (or ~cuda_aware_mpi)",
+        )
+    conflicts(
+        "^[virtuals=mpi] cray-mpich~rocm",
+        when="+cuda_aware_mpi +rocm",
+        msg="py-torch +rocm +cuda_aware_mpi needs cray-mpich+rocm (GTL for HSA, libmpi_gtl_hsa)",
+    )
 
     @property
     def mpich_cuda_patch(self) -> bool:
@@ -251,7 +277,7 @@ class PyTorch(BuiltinPyTorch):
         # compiling with MPI"); point it at the MPI of the DAG explicitly.
         # (CMake's FindMPI reads MPI_HOME from the environment.)
         env.set("MPI_HOME", self.spec["mpi"].prefix)
-        if self.spec.satisfies("+nccl"):
+        if self.spec.satisfies("+nccl +cuda"):  # with +rocm, +nccl is RCCL (RCCL_PATH)
             # Builtin sets NCCL_LIB_DIR/NCCL_INCLUDE_DIR; NCCL_ROOT keeps
             # FindNCCL from picking a second NCCL elsewhere on the system.
             env.set("NCCL_ROOT", self.spec["nccl"].prefix)

@@ -12,11 +12,13 @@ dependents like ``py-torchvision`` share the one ``py-torch`` node.
 
 from spack_repo.builtin.build_systems.bundle import BundlePackage
 from spack_repo.builtin.build_systems.cuda import CudaPackage
+from spack_repo.builtin.build_systems.rocm import ROCmPackage
+from spack_repo.torchmpi.packages.nccl_ss11.package import VOUCHED_RCCL_PAIRS
 
 from spack.package import *
 
 
-class PyTorchMpi(BundlePackage, CudaPackage):
+class PyTorchMpi(BundlePackage, CudaPackage, ROCmPackage):
     """PyTorch with a working MPI backend (CUDA-aware on Open MPI and Cray
     MPICH) and NCCL set up for the site's network, plus the torchmpi checks."""
 
@@ -32,6 +34,17 @@ class PyTorchMpi(BundlePackage, CudaPackage):
         default=True,
         when="+cuda",
         description="MPI backend accepts CUDA tensors (needs a CUDA-aware MPI)",
+    )
+    # ProcessGroupMPI takes a HIP tensor for a CUDA one (is_cuda() is true on
+    # ROCm builds), so the same patched check serves: on Cray MPICH it answers
+    # MPICH_GPU_SUPPORT_ENABLED, which HPE documents for AMD GPUs too (with
+    # libmpi_gtl_hsa).  Default off until py-torch loads GTL for HSA at import
+    # as it loads libmpi_gtl_cuda (docs/design.md, "AMD GPUs").
+    variant(
+        "cuda_aware_mpi",
+        default=False,
+        when="+rocm",
+        description="MPI backend accepts HIP tensors (Cray MPICH +rocm with GTL for HSA)",
     )
     variant(
         "fabric",
@@ -58,19 +71,26 @@ class PyTorchMpi(BundlePackage, CudaPackage):
         depends_on("py-mpi4py", type="run")
         # MPI_Init from mpi4py must find GTL as MPI_Init from libtorch does:
         # the module sets MPICH_GPU_SUPPORT_ENABLED=1 for +cuda_aware_mpi.
-        depends_on("py-mpi4py +cuda_aware_mpi", when="+cuda_aware_mpi ^[virtuals=mpi] cray-mpich")
+        # (+cuda only: mpi4py's GTL preload is libmpi_gtl_cuda's; GTL for HSA is next.)
+        depends_on(
+            "py-mpi4py +cuda_aware_mpi", when="+cuda +cuda_aware_mpi ^[virtuals=mpi] cray-mpich"
+        )
 
     # PyTorch drops the MPI backend silently when FindMPI fails; +mpi here and
     # the check after install make that a hard error instead.  +gloo: builtin
     # py-torch defaults to ~gloo, but the CPU-tensor path of the torchmpi
     # checks (allreduce --backend gloo, doctor) and most launch scripts'
     # init_process_group("gloo") need it.
-    depends_on("py-torch +distributed +mpi +gloo", type=("build", "link", "run"))
+    # Builtin py-torch conflicts +gloo+rocm: ROCm builds keep MPI and RCCL.
+    depends_on("py-torch +distributed +mpi", type=("build", "link", "run"))
+    depends_on("py-torch +gloo", when="~rocm")
     depends_on("mpi", type=("build", "link", "run"))
     depends_on("py-torch ~cuda", when="~cuda")
+    depends_on("py-torch ~rocm", when="~rocm")
     depends_on("py-torch +cuda +nccl", when="+cuda")
     depends_on("py-torch +cuda_aware_mpi", when="+cuda_aware_mpi")
     depends_on("py-torch ~cuda_aware_mpi", when="+cuda ~cuda_aware_mpi")
+    depends_on("py-torch ~cuda_aware_mpi", when="+rocm ~cuda_aware_mpi")
 
     with when("+cuda"):
         for _arch in CudaPackage.cuda_arch_values:
@@ -82,11 +102,48 @@ class PyTorchMpi(BundlePackage, CudaPackage):
         depends_on("nccl fabrics=verbs", when="fabric=ib")
         depends_on("nccl fabrics=auto", when="fabric=tcp")
 
+    # AMD GPUs: builtin py-torch +rocm with RCCL (torch's "nccl" backend),
+    # the GPU architecture passed down as cuda_arch is for NVIDIA.
+    with when("+rocm"):
+        depends_on("py-torch +rocm +nccl")
+        for _target in ROCmPackage.amdgpu_targets:
+            with when(f"amdgpu_target={_target}"):
+                depends_on(f"py-torch amdgpu_target={_target}")
+                depends_on(f"rccl amdgpu_target={_target}")
+        # RCCL reaches Slingshot-11 only through the aws-ofi-nccl plugin built
+        # --with-rocm (librccl-net.so), and only at the pairs of
+        # VOUCHED_RCCL_PAIRS (nccl_ss11/package.py: who ran each, where).
+        with when("fabric=slingshot"):
+            depends_on("rccl", type=("link", "run"))
+            depends_on("aws-ofi-nccl +rocm ~cuda +cxi", type=("link", "run"))
+            requires(
+                *(f"^rccl@{rocm} ^aws-ofi-nccl@{plugin}"
+                  for rocm, plugin, *_ in VOUCHED_RCCL_PAIRS),
+                policy="one_of",
+                msg="py-torch-mpi +rocm fabric=slingshot: no source vouches for this "
+                "RCCL/aws-ofi-nccl pair; use "
+                + " or ".join(f"rccl@{r} with aws-ofi-nccl@{p} ({who})"
+                              for r, p, _, _, who, _ in VOUCHED_RCCL_PAIRS)
+                + " (docs/design.md)",
+            )
+
+    conflicts(
+        "+cuda",
+        when="+rocm",
+        msg="py-torch-mpi: +cuda and +rocm are exclusive (one GPU vendor per build)",
+    )
+    conflicts(
+        "amdgpu_target=none",
+        when="+rocm",
+        msg="py-torch-mpi +rocm needs the GPU architecture, e.g. amdgpu_target=gfx90a "
+        "(MI250X) or gfx942 (MI300A)",
+    )
     conflicts(
         "fabric=slingshot",
-        when="~cuda",
-        msg="fabric=slingshot builds NCCL with the aws-ofi-nccl plugin, which needs CUDA: "
-        "use +cuda cuda_arch=<arch>, or fabric=tcp for a CPU-only build",
+        when="~cuda ~rocm",
+        msg="fabric=slingshot builds NCCL with the aws-ofi-nccl plugin, which needs a GPU: "
+        "use +cuda cuda_arch=<arch> or +rocm amdgpu_target=<target>, or fabric=tcp for a "
+        "CPU-only build",
     )
     conflicts(
         "cuda_arch=none",
@@ -114,7 +171,9 @@ class PyTorchMpi(BundlePackage, CudaPackage):
         # loads it at import for +cuda_aware_mpi) AND this switch; set them together.  CSCS
         # warns that GPU-aware MPI next to NCCL can deadlock and sets 0 for
         # PyTorch: a site file may override this value (docs/design.md).
-        if self.spec.satisfies("+cuda_aware_mpi ^[virtuals=mpi] cray-mpich"):
+        # Not yet with +rocm: nothing loads libmpi_gtl_hsa at import so far, and
+        # the switch without GTL aborts MPI_Init ("GTL library is not linked").
+        if self.spec.satisfies("+cuda +cuda_aware_mpi ^[virtuals=mpi] cray-mpich"):
             env.set("MPICH_GPU_SUPPORT_ENABLED", "1")
 
     # Stand-alone tests: `spack test run py-torch-mpi` (need a real install).
@@ -135,8 +194,9 @@ class PyTorchMpi(BundlePackage, CudaPackage):
         )
         mpi, gloo, nccl = python("-c", code, output=str, error=str).split()
         assert mpi == "True", "torch.distributed.is_mpi_available() is False"
-        assert gloo == "True", "torch.distributed.is_gloo_available() is False"
-        if self.spec.satisfies("+cuda"):
+        if not self.spec.satisfies("+rocm"):  # builtin py-torch: +gloo conflicts with +rocm
+            assert gloo == "True", "torch.distributed.is_gloo_available() is False"
+        if self.spec.satisfies("+cuda") or self.spec.satisfies("+rocm"):
             assert nccl == "True", "torch.distributed.is_nccl_available() is False"
 
     def _allreduce(self, device: str) -> None:
