@@ -38,7 +38,7 @@ def test_no_verb_declares_a_shared_argument_itself(path: Path) -> None:
 
 def test_every_verb_gets_the_same_shared_arguments() -> None:
     seen: dict[str, set] = {}
-    for verb, sub in _subparsers().items():
+    for sub in _subparsers().values():
         for action in sub._actions:
             key = action.dest if not action.option_strings else action.option_strings[-1]
             if key in ("site", "--output", "--force", "--json"):

@@ -93,7 +93,7 @@ def test_every_site_dry_run_builds_the_checks_its_features_select(dry_run):
     loaded = sitemod.load(site)
     want = {"gloo_cpu", "mpi_cpu"}
     if loaded.gpu:
-        want |= {"nccl_cuda"} | ({"mpi_cuda"} if rfmconf.cuda_aware(loaded) else set())
+        want |= {"nccl_cuda"} | ({"mpi_cuda"} if loaded.mpi_moves_device_buffers else set())
     assert set(allreduce_dirs(tmp)) == want
     assert ("torchmpi_nccl_network" in proc.stdout) == bool(loaded.gpu)
     assert "torchmpi_doctor" in proc.stdout

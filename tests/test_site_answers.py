@@ -49,3 +49,45 @@ def test_rendering_does_not_depend_on_the_host_family(monkeypatch, tmp_path: Pat
         monkeypatch.setattr(archspec.cpu, "host", lambda h=host: archspec.cpu.TARGETS[h])
         out[host] = renderer.render(sitemod.load("alps-gh200"), tmp_path / "env")
     assert out["zen3"] == out["neoverse_v2"]
+
+
+def _mpi(kind: str, **keys):
+    def edit(data: dict) -> None:
+        if data["mpi"]["kind"] != kind:  # another family: none of the old MPI's keys
+            data["mpi"] = {}
+        data["mpi"].pop("cuda_aware", None)
+        data["mpi"].update(kind=kind, **keys)
+        # The Cray switch goes with GTL (a load-time rule): the site's own value leaves.
+        ((data.get("runtime") or {}).get("env") or {}).pop("MPICH_GPU_SUPPORT_ENABLED", None)
+    return edit
+
+
+@pytest.mark.parametrize("base,kind,keys,torch_aware,moves", [
+    # Cray MPICH: GTL is loaded exactly when the torch variant is on.
+    ("derecho", "cray-mpich", {}, True, True),
+    ("derecho", "cray-mpich", {"cuda_aware": False}, False, False),
+    # openmpi-cuda is built +cuda whatever torch's variant: mpi4py's device buffers
+    # still travel even where torch's MPI backend refuses CUDA tensors.
+    ("generic-ib", "openmpi-cuda", {}, True, True),
+    ("generic-ib", "openmpi-cuda", {"cuda_aware": False}, False, True),
+    # A Spack-built Open MPI under +cuda_aware_mpi is solved +cuda (py-torch's conflicts):
+    # the two functions named cuda_aware answered False (reframe) and True (torches) here.
+    ("generic-ib", "openmpi", {}, True, True),
+    ("generic-ib", "openmpi", {"cuda_aware": False}, False, False),
+    # A centre's Open MPI declared +cuda moves device buffers whatever torch's variant.
+    ("generic-ib", "openmpi", {"cuda_aware": False, "variants": "+cuda",
+                               "prefix": "/opt/openmpi"}, False, True),
+])
+def test_torch_variant_and_device_buffers_are_two_answers(tmp_path, base, kind, keys,
+                                                          torch_aware, moves) -> None:
+    from conftest import edited_site
+
+    site = edited_site(tmp_path, base, _mpi(kind, **keys))
+    assert site.torch_cuda_aware is torch_aware
+    assert site.mpi_moves_device_buffers is moves
+
+
+def test_a_cpu_site_has_neither() -> None:
+    site = sitemod.load("generic-ib")
+    cpu = sitemod.Site(site.name, site.path, {**site.data, "gpu": None}, site.raw)
+    assert cpu.torch_cuda_aware is False and cpu.mpi_moves_device_buffers is False

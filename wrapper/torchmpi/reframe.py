@@ -97,21 +97,12 @@ def launcher_options(site: Site) -> list[str]:
     return out
 
 
-def cuda_aware(site: Site) -> bool:
-    mpi = site.data["mpi"]
-    if not site.gpu:
-        return False
-    if mpi["kind"] == "cray-mpich":
-        return bool(mpi.get("cuda_aware", True))
-    return mpi["kind"] == "openmpi-cuda"
-
-
 def features(site: Site) -> list[str]:
     """What the checks select on; only what the site file states."""
     out = ["torchmpi", "mpi", site.data["mpi"]["kind"], site.data["fabric"]]
     if site.gpu:
         out += ["gpu", "nvgpu", "cuda", "nccl"]
-    if cuda_aware(site):
+    if site.mpi_moves_device_buffers:
         out.append("cuda-aware-mpi")
     return out
 

@@ -90,6 +90,28 @@ class Site:
         """The architectures as NVIDIA names them for people and ReFrame: ``sm_80,sm_86``."""
         return ",".join(f"sm_{a}" for a in self.cuda_archs) if self.gpu else None
 
+    @property
+    def torch_cuda_aware(self) -> bool:
+        """The torch variant: the root is ``+cuda_aware_mpi``, so PyTorch's MPI backend
+        takes CUDA tensors (a GPU site, unless ``mpi.cuda_aware: false``)."""
+        return torches.cuda_aware(self.data)
+
+    @property
+    def mpi_moves_device_buffers(self) -> bool:
+        """The MPI itself moves CUDA buffers (mpi4py's, or torch's where the variant is on).
+
+        Not the same question as :attr:`torch_cuda_aware`: ``openmpi-cuda`` and a
+        centre's MPI declared ``+cuda`` move them even under ``~cuda_aware_mpi``; a
+        Spack-built Open MPI is solved ``+cuda`` only because ``+cuda_aware_mpi`` asks
+        for it (py-torch's conflicts); Cray MPICH moves them only with GTL, which the
+        tool loads exactly for ``+cuda_aware_mpi``.
+        """
+        if not self.gpu:
+            return False
+        mpi = self.data["mpi"]
+        declared = "+cuda" in str(mpi.get("variants") or "").split()
+        return mpi["kind"] == "openmpi-cuda" or declared or self.torch_cuda_aware
+
     def summary(self) -> str:
         """One line for ``torchmpi sites``."""
         d = self.data

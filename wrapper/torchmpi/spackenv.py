@@ -25,12 +25,11 @@ def roots(site: Site) -> list[str]:
     is the newest the site allows.
     """
     d = site.data
-    mpi = d["mpi"]
     root = "py-torch-mpi"
     if site.gpu:
         root += f" +cuda cuda_arch={site.cuda_arch}"
         # Explicit either way: the solver does not have to honour a variant default.
-        root += " +cuda_aware_mpi" if mpi.get("cuda_aware", True) else " ~cuda_aware_mpi"
+        root += " +cuda_aware_mpi" if site.torch_cuda_aware else " ~cuda_aware_mpi"
     else:
         root += " ~cuda"
     root += f" fabric={d['fabric']}"

@@ -130,8 +130,13 @@ def versions(data: dict[str, Any]) -> list[str]:
 
 
 def cuda_aware(data: dict[str, Any]) -> bool:
-    """Whether the root is ``+cuda_aware_mpi`` (a GPU site, unless mpi.cuda_aware is false)."""
-    return isinstance(data.get("gpu"), dict) and (data.get("mpi") or {}).get("cuda_aware", True)
+    """Whether the root is ``+cuda_aware_mpi`` (a GPU site, unless mpi.cuda_aware is false).
+
+    On raw site data, for the load-time rules; a loaded site asks
+    ``Site.torch_cuda_aware`` (and ``Site.mpi_moves_device_buffers`` for the MPI's side).
+    """
+    return (isinstance(data.get("gpu"), dict)
+            and bool((data.get("mpi") or {}).get("cuda_aware", True)))
 
 
 def problems(data: dict[str, Any]) -> list[tuple[tuple, str]]:
