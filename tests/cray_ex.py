@@ -148,8 +148,13 @@ def _order(libraries: dict[str, dict]) -> list[str]:
     return done
 
 
-def build(root: Path, kind: str) -> Node:
-    """Build the ``kind`` node (gpu or login) under ``root`` (created)."""
+def build(root: Path, kind: str, mounted: bool = False) -> Node:
+    """Build the ``kind`` node (gpu or login) under ``root`` (created).
+
+    ``mounted``: for a tree a container binds at the node's own paths (``root``/opt/cray
+    at /opt/cray, tests/test_container_podman.py): RUNPATHs are the node paths the
+    record shows and links point relative, so both resolve inside the container; the
+    host-side tests (default) need RUNPATHs below ``root``."""
     data = manifest()
     if kind not in data["nodes"]["types"]:
         raise ValueError(f"node type {kind!r}: not one of {data['nodes']['types']}")
@@ -171,7 +176,7 @@ def build(root: Path, kind: str) -> Node:
             script = src / f"{key}.map"
             script.write_text(f"{entry['version']} {{ global: *; }};\n", encoding="utf-8")
             args.append(f"-Wl,--version-script={script}")
-        runpath = [str(node.at(d)) for d in entry.get("runpath", [])]
+        runpath = [d if mounted else str(node.at(d)) for d in entry.get("runpath", [])]
         if runpath:
             args.append("-Wl,--enable-new-dtags,-rpath," + ":".join(runpath))
         for need in entry.get("needed", []):
@@ -183,7 +188,7 @@ def build(root: Path, kind: str) -> Node:
             target.parent.mkdir(parents=True, exist_ok=True)
             if target.is_symlink() or target.exists():
                 target.unlink()
-            target.symlink_to(out)
+            target.symlink_to(os.path.relpath(out, target.parent) if mounted else out)
     # Files the node type does not have were needed only to link the others.
     for key, entry in libraries.items():
         if kind not in entry.get("nodes", data["nodes"]["types"]):

@@ -107,8 +107,8 @@ def build_image(work: Path) -> str:
     loader = _host_file("/lib64/ld-linux-x86-64.so.2")
     libc = _host_file("/lib/x86_64-linux-gnu/libc.so.6")
     digest = hashlib.sha256()
-    for part in (PROBE_C.encode(), STUB_C.encode(), TORCH_C.encode(),
-                 " ".join(APPLETS).encode(),
+    # This file too: how the image's libraries are linked is part of the image.
+    for part in (Path(__file__).read_bytes(), " ".join(APPLETS).encode(),
                  busybox.read_bytes(), libc.read_bytes()):
         digest.update(hashlib.sha256(part).digest())
     tag = f"localhost/torchmpi-test-probe:{digest.hexdigest()[:16]}"
@@ -135,7 +135,7 @@ def build_image(work: Path) -> str:
     torch = work / "torch.c"
     torch.write_text(TORCH_C)
     gcc("-shared", "-fPIC", "-o", str(image_lib / TORCH), str(torch), f"-L{image_lib}",
-        f"-Wl,--enable-new-dtags,-rpath,{IMAGE_LIB}", "-l:libmpi.so.12")
+        f"-Wl,--enable-new-dtags,-rpath,{IMAGE_LIB}", "-Wl,--no-as-needed", "-l:libmpi.so.12")
     tarball = work / "rootfs.tar"
     with tarfile.open(tarball, "w") as tar:
         tar.add(root, arcname=".")

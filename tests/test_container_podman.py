@@ -7,6 +7,10 @@ is built with gcc in a tmp dir; the site file's prefixes point there.  The
 a probe in the container dlopens the libraries by name and prints
 ``/proc/self/maps``.  With injection on, what is mapped comes from the host
 paths; with ``TORCHMPI_CONTAINER_INJECT=0`` from the image (negative control).
+
+The whole closure: a Cray EX node stand-in (tests/cray_ex.py) bound by the generated
+script, and ``ldd`` of the image's torch stand-in (NEEDs ``libmpi.so.12``) in the
+container: every NEEDED from the host, nothing "not found".
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import cray_ex
 import pytest
 import yaml
 from conftest import edited_site
@@ -220,3 +225,83 @@ def test_site_paths_are_added_to_inside_the_container(image, tmp_path: Path) -> 
     assert libs == ["/opt/site/lib", *container.plan(site).lib_path], libs
     assert env["MPICH_GPU_SUPPORT_ENABLED"] == "1"
     assert env[container.MARKER] == "podman"
+
+
+LOADER = "/lib64/ld-linux-x86-64.so.2"
+
+
+def _ldd(script: Path, env: dict[str, str], lib: str, *env_words: str) -> dict[str, str]:
+    """{soname: resolved path or 'not found'} of ``lib`` in the container, as glibc's
+    ``ldd`` script gets it (the image has none): the loader run on ``lib`` with
+    LD_TRACE_LOADED_OBJECTS=1.  Without the descriptor's LD_PRELOAD (GTL's CUDA
+    runtime is not in this image)."""
+    proc = subprocess.run(["bash", str(script), "/bin/env", "-u", "LD_PRELOAD",
+                           "LD_TRACE_LOADED_OBJECTS=1", *env_words, LOADER, lib],
+                          env=podman_env(env), capture_output=True, text=True, timeout=300,
+                          check=False)
+    out = proc.stdout
+    found = {}
+    for line in out.splitlines():
+        name, arrow, rest = line.strip().partition(" => ")
+        if arrow:
+            found[name] = rest.split(" (")[0].strip()
+    return found
+
+
+@pytest.fixture(scope="module")
+def cray_node(tmp_path_factory):
+    """A Cray EX GPU node stand-in (tests/cray_ex.py) laid out to be bound at /opt/cray."""
+    return cray_ex.build(tmp_path_factory.mktemp("cray-node"), "gpu", mounted=True)
+
+
+def test_images_torch_loads_with_every_needed_from_the_host(image, cray_node,
+                                                            tmp_path: Path) -> None:
+    """In the container derecho's injection makes the image's torch (NEEDs libmpi.so.12)
+    resolve libmpi.so.12 to the host's lib-abi-mpich copy and everything that NEEDs in
+    turn (libpmi, libpmi2, libpals, Cray's gcc-libs, libfabric, libcxi, libxpmem) to
+    the host's files: nothing "not found".  Negative controls: the injection of before
+    issue 28 (lib-abi-mpich, libfabric and GTL alone on LD_LIBRARY_PATH) leaves libpmi,
+    libpals' link, libxpmem and libcxi "not found"; with injection off the image's own
+    libmpi.so.12 is the one found."""
+    node = cray_node
+    mpich = node.path("libmpi").parent.parent  # .../ofi/gnu/9.1
+
+    def edit(data):
+        data["mpi"]["prefix"] = str(mpich)
+        data["mpi"]["version"] = node.libraries["libmpi"]["path"].split("/")[5]
+        data["libfabric"]["prefix"] = str(node.path("libfabric").parent.parent)
+
+    site = edited_site(tmp_path, "derecho", edit)
+    script = tmp_path / "run-podman.sh"
+    script.write_text(container.render(site)["run-podman.sh"])
+    env = dict(os.environ, TORCHMPI_IMAGE=image)
+    torch = f"{IMAGE_LIB}/libtorch_cpu.so"
+
+    found = _ldd(script, env, torch)
+    missing = sorted(k for k, v in found.items() if v == "not found")
+    assert missing == [], found
+    node_path = {soname: node.libraries[key]["path"]
+                 for key, soname in (("libmpi", "libmpi.so.12"), ("libpmi", "libpmi.so.0"),
+                                     ("libpmi2", "libpmi2.so.0"),
+                                     ("libfabric", "libfabric.so.1"),
+                                     ("libxpmem", "libxpmem.so.0"),
+                                     ("libatomic", "libatomic.so.1"),
+                                     ("libgfortran", "libgfortran.so.5"))}
+    for soname, path in node_path.items():
+        assert found[soname] == path, (soname, found)
+    assert found["libpals.so.0"] == "/opt/cray/pe/lib64/libpals.so.0", found
+    assert found["libcxi.so.1"] == f"{container.HOST_LIB64}/libcxi.so.1", found
+    # ldd of the injected libmpi itself (docs/containers.md, acceptance step 1).
+    assert "not found" not in _ldd(script, env, found["libmpi.so.12"]).values()
+
+    # Negative control 1: what the descriptor put on LD_LIBRARY_PATH before issue 28.
+    gtl = str(Path(node_path["libmpi.so.12"]).parents[4] / "gtl" / "lib")
+    old = ":".join([str(Path(node_path["libmpi.so.12"]).parent),
+                    str(Path(node_path["libfabric.so.1"]).parent), gtl])
+    found = _ldd(script, env, torch, f"LD_LIBRARY_PATH={old}")
+    missing = sorted(k for k, v in found.items() if v == "not found")
+    assert missing == ["libcxi.so.1", "libpmi.so.0", "libpmi2.so.0", "libxpmem.so.0"], found
+
+    # Negative control 2: injection off, the image's own libmpi.so.12.
+    found = _ldd(script, dict(env, TORCHMPI_CONTAINER_INJECT="0"), torch)
+    assert found["libmpi.so.12"] == f"{IMAGE_LIB}/libmpi.so.12", found
