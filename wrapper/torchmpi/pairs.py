@@ -34,8 +34,16 @@ class Pair:
 
     @property
     def label(self) -> str:
-        """``1.6.0 (run on Slingshot by NCAR)``-style words for messages."""
-        return f"{_WHERE.get(self.fabric, self.fabric)} by {self.by}"
+        """Where, by whom and with which libfabric it ran, for messages and pins:
+        ``run on Slingshot by NCAR with libfabric 1.15.2.0``.
+
+        The libfabric is named because a site's may differ from it (Perlmutter's
+        1.20.1 against the 2.4.0 CSCS ran 2.29.2-1 + 1.18.0 with), which
+        :func:`torchmpi.site.notes` says at render; the release notes' pairs
+        record none (``-``) and the label says nothing about one.
+        """
+        ran = f" with libfabric {self.libfabric}" if self.libfabric != "-" else ""
+        return f"{_WHERE.get(self.fabric, self.fabric)} by {self.by}{ran}"
 
 
 def _key(version: str) -> tuple[int, ...]:

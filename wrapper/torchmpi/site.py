@@ -313,11 +313,11 @@ def notes(data: dict[str, Any]) -> list[str]:
                    and p.libfabric.split(".")[0] == have),  # the site's minor first
                   key=lambda p: ".".join(p.libfabric.split(".")[:2]) != minor)
     hint = (f"; a pair run with libfabric {have}.x: nccl: {{version: {same[0].nccl}, plugin:"
-            f" {same[0].plugin}}} ({same[0].label}, libfabric {same[0].libfabric})"
+            f" {same[0].plugin}}} ({same[0].label})"
             if same else f"; no vouched pair was run with libfabric {have}.x")
     return [(f"libfabric {found.group(1)}{found.group(2)}: NCCL {chosen.nccl} with"
-             f" aws-ofi-nccl {chosen.plugin} was {chosen.label} with libfabric"
-             f" {chosen.libfabric}, and no source vouches for it with libfabric"
+             f" aws-ofi-nccl {chosen.plugin} was {chosen.label}"
+             f", and no source vouches for it with libfabric"
              f" {have}.x{hint} (docs/design.md)")]
 
 
