@@ -405,3 +405,25 @@ def test_plugin_name_claims_are_the_plugins_source() -> None:
         assert 'registers as "Libfabric"' in text, path
     value = yaml.safe_load(fabric.read_text())
     assert all(value["env"]["NCCL_NET"] in names for names in accepted)
+
+
+def test_gpu_support_beside_nccl_is_decided_per_site_in_design_doc() -> None:
+    """Issue 28 point 7: CSCS warns MPICH_GPU_SUPPORT_ENABLED=1 "can lead to deadlocks"
+    beside NCCL; docs/design.md decides it per Cray site from that centre's sources. Its
+    table must be the site files' values, and each value must agree with mpi.cuda_aware
+    (GPU support on is what a CUDA-aware MPI backend needs; off is CSCS's design)."""
+    from torchmpi import site as sitemod
+
+    text = (paths.root() / "docs" / "design.md").read_text()
+    section = text.split("### `MPICH_GPU_SUPPORT_ENABLED` beside NCCL", 1)[1].split("\n## ")[0]
+    rows = {cells[0].strip("` "): cells[1].strip("` ")
+            for line in section.splitlines() if line.startswith("| `")
+            for cells in [[c.strip() for c in line.strip().strip("|").split("|")]]}
+    cray = [n for n in sitemod.available()
+            if (sitemod.load(n).data.get("mpi") or {}).get("kind") == "cray-mpich"]
+    assert sorted(rows) == sorted(cray), rows
+    for name in cray:
+        data = sitemod.load(name).data
+        value = str(runtime.environment(data).get("MPICH_GPU_SUPPORT_ENABLED"))
+        assert rows[name] == value, (name, rows[name], value)
+        assert data["mpi"].get("cuda_aware", True) == (value == "1"), name
