@@ -1236,3 +1236,14 @@ def test_runtime_ignores_the_vendor_block() -> None:
     data, _ = _fabric_vendors()
     _, env = runtime.fabric_defaults("slingshot")
     assert dict(env) == {k: str(v) for k, v in data["env"].items()}
+
+
+def test_design_doc_shows_the_rccl_pairs_table() -> None:
+    """docs/design.md's AMD table is VOUCHED_RCCL_PAIRS, row for row."""
+    section = (ROOT / "docs" / "design.md").read_text().split("## AMD GPUs", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in section.splitlines() if re.match(r"\| \d+\.\d+\.\d+ \|", line)]
+    shown = {(r[0], r[1], r[2], r[3]) for r in rows}
+    assert shown == {(r, p, lf, f"Slingshot: {who}")
+                     for r, p, lf, _, who, _ in vouched_rccl_pairs()}
