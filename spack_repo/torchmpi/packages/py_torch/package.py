@@ -156,7 +156,8 @@ class PyTorch(BuiltinPyTorch):
     )
     # ROCm: ProcessGroupMPI sees a HIP tensor as is_cuda(), so the same patched
     # check decides; on Cray MPICH it answers MPICH_GPU_SUPPORT_ENABLED, the
-    # switch HPE documents for AMD GPUs too (GTL for HSA, libmpi_gtl_hsa).
+    # switch Cray documents for AMD GPUs too, with GTL for HSA linked
+    # (libmpi_gtl_hsa; olcf/olcf-user-docs@f0571fe systems/frontier_user_guide.rst:4068-4072).
     variant(
         "cuda_aware_mpi",
         default=False,

@@ -37,9 +37,11 @@ class PyTorchMpi(BundlePackage, CudaPackage, ROCmPackage):
     )
     # ProcessGroupMPI takes a HIP tensor for a CUDA one (is_cuda() is true on
     # ROCm builds), so the same patched check serves: on Cray MPICH it answers
-    # MPICH_GPU_SUPPORT_ENABLED, which HPE documents for AMD GPUs too (with
-    # libmpi_gtl_hsa).  Default off until py-torch loads GTL for HSA at import
-    # as it loads libmpi_gtl_cuda (docs/design.md, "AMD GPUs").
+    # MPICH_GPU_SUPPORT_ENABLED, which Cray documents for AMD GPUs too, with
+    # libmpi_gtl_hsa linked or MPI_Init exits (olcf/olcf-user-docs@f0571fe
+    # systems/frontier_user_guide.rst:678-684, 4068-4072).  Default off until
+    # py-torch loads GTL for HSA at import as it loads libmpi_gtl_cuda
+    # (docs/design.md, "AMD GPUs").
     variant(
         "cuda_aware_mpi",
         default=False,
