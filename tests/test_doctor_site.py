@@ -237,3 +237,26 @@ def test_the_installed_doctor_compares_with_its_own_tree(tmp_path):
     check = next(c for c in report["checks"] if c["name"] == "site.prefix")
     assert check["status"] == FAIL and f"installs under {root})" in check["detail"], check
     assert "/nonexistent/bob" not in check["detail"]
+
+
+def test_a_spack_view_of_the_tree_is_the_tree(tmp_path):
+    """An environment view links each file into its own directories (Spack's default
+    link type): the doctor and torch seen through the view are still the tree's."""
+    root, site_packages = spack_tree(tmp_path / "store")
+    view = tmp_path / "env" / ".spack-env" / "view" / "lib" / "python3.11" / "site-packages"
+    for src in (site_packages / "torchmpi").rglob("*.py"):
+        link = view / "torchmpi" / src.relative_to(site_packages / "torchmpi")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(src)
+    torch_real = root / "linux-zen3" / "py-torch-2.6.0-hij" / "lib" / "python3.11" / \
+        "site-packages" / "torch" / "__init__.py"
+    torch_real.parent.mkdir(parents=True)
+    torch_real.write_text("")
+    (view / "torch").mkdir()
+    (view / "torch" / "__init__.py").symlink_to(torch_real)
+    tree = origin.recorded_tree(str(view / "torchmpi" / "doctor" / "origin.py"))
+    assert tree == str(root)
+    site = {"name": "derecho", "install": {"root": "/glade/work/$user/torchmpi/install"}}
+    check = origin.check_site_prefix({"torch": str(view / "torch" / "__init__.py")}, site,
+                                     {"USER": "bob"}, tree=tree)
+    assert check.status == PASS, check

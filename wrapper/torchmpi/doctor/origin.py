@@ -47,8 +47,9 @@ def recorded_tree(start: str | None = None) -> str | None:
 
     The nearest directory above with Spack's database in it: the tree the site's
     install wrote, whoever runs the doctor.  None for a checkout or a pip install.
+    Links are followed: an environment view links each file into the tree.
     """
-    here = os.path.dirname(os.path.abspath(start or __file__))
+    here = os.path.dirname(os.path.realpath(start or __file__))
     while True:
         if os.path.isdir(os.path.join(here, SPACK_DB)):
             return os.path.normpath(here)
@@ -118,7 +119,8 @@ def check_site_prefix(found: Mapping[str, str | None], site_data: Mapping[str, A
     if root is not None:
         prefix = root.rstrip("/") + "/"
         outside = [f"{name} from {path}" for name, path in present.items()
-                   if not os.path.normpath(path).startswith(prefix)
+                   if not any(p.startswith(prefix) for p in (os.path.normpath(path),
+                                                             os.path.realpath(path)))
                    and not (name == "libnccl" and wheel)]
     if wheel or outside:
         where = f" (the site installs under {root})" if outside else ""
