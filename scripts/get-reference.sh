@@ -26,6 +26,29 @@ TORCHMPI_ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 die() { printf 'torchmpi setup: error: %s\n' "$*" >&2; exit 1; }
 [ "${TORCHMPI_SKIP_REFERENCE:-}" = 1 ] && exit 0
 
+# The pip wheels tests/test_venv.py builds an sdist with, offline (issue 30
+# point 5): the sites' older pips 23.1 and 25.1, which pass a constraints file
+# into isolated build environments, and 26.3, which no longer does (pip 26.2:
+# pypa/pip#14094); setuptools is the sdist's build backend.  Pure-Python
+# wheels from PyPI, checked by sha256 like the rest.
+PIP_WHEELS="$TORCHMPI_CACHE/pip-wheels"
+mkdir -p "$PIP_WHEELS"
+while read -r whl sha req; do
+  [ -n "$whl" ] || continue
+  if [ ! -f "$PIP_WHEELS/$whl" ]; then
+    echo "torchmpi setup: fetching $req ($whl) from PyPI"
+    "${TORCHMPI_ROOT}/.venv/bin/python" -m pip download --quiet --no-deps --only-binary=:all: \
+      -d "$PIP_WHEELS" "$req" || die "pip could not download $req (check pip's index configuration)"
+  fi
+  [ "$(sha256sum "$PIP_WHEELS/$whl" 2>/dev/null | cut -d' ' -f1)" = "$sha" ] \
+    || { rm -f "$PIP_WHEELS/$whl"; die "$whl: missing or not sha256 $sha (removed; run make setup again)"; }
+done <<'WHEELS'
+pip-23.1-py3-none-any.whl 64b1d4528e491aa835ec6ece0c1ac40ce6ab6d886e60740f6519db44b2e9634d pip==23.1
+pip-25.1-py3-none-any.whl 13b4aa0aaad055020a11bec8a1c2a70a2b2d080e12d89b962266029fff0a16ba pip==25.1
+pip-26.3-py3-none-any.whl f3b60b20ffaadd4415ed7957212a38ac63fa4c5fa375bd0f4a797777940fad13 pip==26.3
+setuptools-80.9.0-py3-none-any.whl 062d34222ad13e0cc312a4c02d73f059e86a4acbfbdea8f8f76b28c99f306922 setuptools==80.9.0
+WHEELS
+
 REF_VERSION=2.6.0
 DEST="$TORCHMPI_CACHE/reference/torch-$REF_VERSION"
 DL="$DEST/downloads"

@@ -1,31 +1,57 @@
 """torchmpi venv: a real venv and a real pip, a local wheel directory, no network.
 
 The "site's torch" is the checkout venv's torch 2.13.0+cpu, put on PYTHONPATH the
-way `module load py-torch-mpi` puts Spack's on it; the venv's base is the Python
-behind the checkout venv.  A wheel that wants a newer torch (a fake torch 2.99.0
-beside it) must be refused, and one that any torch satisfies must install without
-touching torch.  The control shows the same pip install replacing torch in a plain
+way `module load py-torch-mpi` puts Spack's on it (less pip and wheel: build
+dependencies of Spack's Python packages, not on a module's PYTHONPATH, and a pip
+there would shadow the venv's own; setuptools stays, torch requires it at run
+time); the venv's base is the
+Python behind the checkout venv, whose ensurepip brings pip 23.2.1 into a new
+venv.  A wheel that wants a newer torch (a fake torch 2.99.0 beside it) must be
+refused, and one that any torch satisfies must install without touching torch.
+The control shows the same pip install replacing torch in a plain
 `--system-site-packages` venv, so the test can fail.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+from torchmpi import paths
+from torchmpi import venv as venvmod
 from torchmpi.cli import main
 from torchmpi.lock import Lock
 from torchmpi.venv import pins_from_lock
 
-SITE_PACKAGES = sysconfig.get_paths()["purelib"]  # the checkout venv's: torch is there
+CHECKOUT_PACKAGES = Path(sysconfig.get_paths()["purelib"])  # the checkout venv's: torch
+#: The installer, which a module's PYTHONPATH does not carry.
+INSTALLER = re.compile(r"^(pip|wheel)([-.].*)?$")
+
+
+def _site_packages() -> str:
+    """The checkout venv's packages less pip and wheel, linked one by one into a folder."""
+    folder = Path(tempfile.mkdtemp(prefix="torchmpi-site-packages-"))
+    for entry in CHECKOUT_PACKAGES.iterdir():
+        if not INSTALLER.match(entry.name):
+            (folder / entry.name).symlink_to(entry)
+    return str(folder)
+
+
+SITE_PACKAGES = _site_packages()
 BASE_PYTHON = getattr(sys, "_base_executable", sys.executable)
 
 
@@ -128,13 +154,48 @@ def test_pins_come_from_the_lock(tmp_path):
                     "torch": "2.13.0", "typing-extensions": INSTALLED["typing_extensions"]}
 
 
+#: Wheels `make setup` fetched (scripts/get-reference.sh): the sites' pips, a newer one,
+#: setuptools.
+PIP_WHEELS = paths.cache() / "pip-wheels"
+NEW_PIP = "26.3"
+
+
+def pip_wheels() -> Path:
+    """The fetched wheels; a failure (never a skip) without them."""
+    if not (PIP_WHEELS / f"pip-{NEW_PIP}-py3-none-any.whl").is_file():
+        pytest.fail(f"{PIP_WHEELS}: no pip wheels; run `make setup` "
+                    "(scripts/get-reference.sh fetches them)")
+    return PIP_WHEELS
+
+
+@contextlib.contextmanager
+def offline_pip(links: Path, pythonpath: str = SITE_PACKAGES) -> Iterator[None]:
+    """`torchmpi venv` run in process as a user with a local wheel mirror would run it.
+
+    pip's own settings (PIP_NO_INDEX, PIP_FIND_LINKS) point its pip upgrade at ``links``;
+    the host's pip settings and configuration files are kept out, as in site_env().
+    """
+    with pytest.MonkeyPatch.context() as mp:
+        for key in [k for k in os.environ if k.startswith(("PIP_", "VIRTUAL_ENV"))]:
+            mp.delenv(key)
+        mp.setenv("PYTHONPATH", pythonpath)
+        mp.setenv("XDG_CONFIG_DIRS", str(NO_HOST_PIP_CONFIG))
+        mp.setenv("XDG_CONFIG_HOME", str(NO_HOST_PIP_CONFIG))
+        mp.setenv("PIP_NO_INDEX", "1")
+        mp.setenv("PIP_FIND_LINKS", str(links))
+        yield
+
+
+def make_venv(target: Path, *extra: str) -> Path:
+    with offline_pip(pip_wheels()):
+        assert main(["venv", str(target), "--lock", str(fake_lock(target.parent / "spack.lock")),
+                     "--python", BASE_PYTHON, *extra]) == 0
+    return target
+
+
 @pytest.fixture(scope="module")
 def site_venv(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("venv")
-    target = tmp / "train"
-    assert main(["venv", str(target), "--lock", str(fake_lock(tmp / "spack.lock")),
-                 "--python", BASE_PYTHON]) == 0
-    return target
+    return make_venv(tmp_path_factory.mktemp("venv") / "train")
 
 
 def test_venv_is_wired_to_the_constraints(site_venv):
@@ -201,9 +262,146 @@ def test_pins_from_the_python_leave_the_installer_free(tmp_path):
     label dropped (``==2.13.0`` admits the installed 2.13.0+cpu)."""
     assert metadata.version("pip")  # the base has pip: leaving it out is a real choice
     target = tmp_path / "v"
-    assert main(["venv", str(target), "--python", sys.executable]) == 0
+    with offline_pip(pip_wheels()):
+        assert main(["venv", str(target), "--python", sys.executable]) == 0
     lines = (target / "constraints.txt").read_text().splitlines()
     pins = dict(line.split("==") for line in lines if not line.startswith("#"))
     assert pins["torch"] == metadata.version("torch").split("+")[0]
     assert pins["numpy"] == INSTALLED["numpy"]
     assert not {"pip", "setuptools", "wheel"} & {name.lower() for name in pins}
+
+
+# --- pip's isolated build environments (issue 30, point 5) -------------------------------
+#
+# Before pip 26.2 a constraints file given through pip.conf or PIP_CONSTRAINT also binds the
+# pip that installs an sdist's [build-system] requires (pypa/pip#13300; 26.2 ended it,
+# pypa/pip#14094).  The site's numpy pin then breaks
+# every sdist whose build needs a newer numpy (numpy>=2 to build for both ABIs), though the
+# wheel it builds runs on the site's numpy.  The sites' pips are 23.1 and 25.1.  (25.3 added
+# --build-constraint and deprecated the leak, pypa/pip#13534.)
+
+SDIST = "needs-new-numpy-to-build"
+
+
+def sdist(directory: Path, name: str, version: str, build_requires: list[str],
+          requires: list[str]) -> Path:
+    """A minimal sdist (PEP 517/621, setuptools backend), written by hand."""
+    dist = f"{name.replace('-', '_')}-{version}"
+    module = name.replace("-", "_")
+    pyproject = ("[build-system]\n"
+                 f"requires = {json.dumps(build_requires)}\n"
+                 'build-backend = "setuptools.build_meta"\n\n'
+                 "[project]\n"
+                 f'name = "{name}"\nversion = "{version}"\n'
+                 f"dependencies = {json.dumps(requires)}\n")
+    files = {"pyproject.toml": pyproject,
+             "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{module}/__init__.py": "import numpy  # built against a newer one, runs on any\n"}
+    path = directory / f"{dist}.tar.gz"
+    with tarfile.open(path, "w:gz") as archive:
+        for member, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{dist}/{member}")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def build_links(tmp_path_factory) -> Path:
+    """What the sdist's build needs, offline: setuptools, a numpy newer than the pin, itself."""
+    directory = tmp_path_factory.mktemp("build-links")
+    shutil.copy(pip_wheels() / "setuptools-80.9.0-py3-none-any.whl", directory)
+    wheel(directory, "numpy", "99.0", [], {"numpy/__init__.py": "__version__ = '99.0'\n"})
+    sdist(directory, SDIST, "1.0", ["setuptools>=61", f"numpy>{INSTALLED['numpy']}"],
+          ["numpy"])
+    return directory
+
+
+def pip_version(venv: Path, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "--version"],
+                          env=env or site_env(), capture_output=True, text=True, check=True)
+    return proc.stdout.split()[1]
+
+
+def install_sdist(venv: Path, links: Path, env: dict[str, str] | None = None
+                  ) -> subprocess.CompletedProcess:
+    """Install the sdist; no wheel cache, so pip really builds it every time."""
+    return subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-cache-dir",
+                           "--disable-pip-version-check", "--no-index", "--find-links",
+                           str(links), SDIST], env=env or site_env(),
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def venv_dists(venv: Path, name: str) -> list[str]:
+    return sorted(p.name for p in venv.glob(f"lib/python*/site-packages/{name}-*.dist-info"))
+
+
+@pytest.mark.parametrize("wiring", ["pip.conf", "activate"])
+def test_sdist_whose_build_needs_a_newer_pin_builds(site_venv, build_links, wiring):
+    """`torchmpi venv` leaves a pip (>= 26.2) that keeps the pins out of build environments,
+    whichever way the pins reach it; the built package still runs on the site's numpy."""
+    env = site_env()
+    if wiring == "activate":  # a shell after `. bin/activate`: PIP_CONSTRAINT, exported
+        env["PIP_CONSTRAINT"] = str(site_venv / "constraints.txt")
+    version = pip_version(site_venv, env)
+    assert tuple(int(x) for x in version.split(".")[:2]) >= (26, 2), version
+    proc = install_sdist(site_venv, build_links, env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert venv_dists(site_venv, "needs_new_numpy_to_build") == [
+        "needs_new_numpy_to_build-1.0.dist-info"]
+    assert venv_dists(site_venv, "numpy") == []  # the pin held at the top: the site's numpy
+    proc = subprocess.run([str(site_venv / "bin" / "python"), "-c",
+                           "import needs_new_numpy_to_build, numpy; print(numpy.__version__)"],
+                          env=env, capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == INSTALLED["numpy"]
+
+
+@pytest.mark.parametrize("old_pip", ["23.1", "25.1"])
+def test_the_sites_pips_put_the_pins_into_build_environments(tmp_path, build_links, old_pip):
+    """With the sites' pip (kept by --keep-pip) the same install fails on the numpy pin, in
+    the build environment; the pip upgrade `torchmpi venv` makes by default cures it."""
+    venv = make_venv(tmp_path / "train", "--keep-pip")
+    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-index",
+                           "--disable-pip-version-check",
+                           str(pip_wheels() / f"pip-{old_pip}-py3-none-any.whl")],
+                          env=site_env(), capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert pip_version(venv) == old_pip
+    proc = install_sdist(venv, build_links)
+    assert proc.returncode != 0, proc.stdout
+    out = proc.stdout + proc.stderr
+    assert "build dependencies" in out and f"numpy=={INSTALLED['numpy']}" in out, out
+    with offline_pip(pip_wheels()):
+        venvmod.upgrade_pip(venv)
+    assert pip_version(venv) == NEW_PIP
+    proc = install_sdist(venv, build_links)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_no_newer_pip_at_hand_is_a_clear_error(tmp_path, capsys):
+    """Offline without a pip >= 26.2 wheel: a one-line error naming the ways out, no venv."""
+    target = tmp_path / "train"
+    empty = tmp_path / "no-wheels"
+    empty.mkdir()
+    with offline_pip(empty):
+        assert main(["venv", str(target), "--lock", str(fake_lock(tmp_path / "spack.lock")),
+                     "--python", BASE_PYTHON]) == 2
+    err = capsys.readouterr().err
+    assert "pip>=26.2" in err and "--keep-pip" in err and "PIP_FIND_LINKS" in err, err
+    assert "Traceback" not in err
+    assert not target.exists()
+
+
+def test_a_pip_on_the_modules_pythonpath_is_named(tmp_path, capsys):
+    """A module that puts py-pip 25.1 on PYTHONPATH shadows the upgraded pip: said, no venv."""
+    shadow = tmp_path / "py-pip" / "site-packages"
+    with zipfile.ZipFile(pip_wheels() / "pip-25.1-py3-none-any.whl") as archive:
+        archive.extractall(shadow)
+    target = tmp_path / "train"
+    with offline_pip(pip_wheels(), f"{shadow}{os.pathsep}{SITE_PACKAGES}"):
+        assert main(["venv", str(target), "--lock", str(fake_lock(tmp_path / "spack.lock")),
+                     "--python", BASE_PYTHON]) == 2
+    err = capsys.readouterr().err
+    assert f"pip 25.1 from {shadow}" in err and "PYTHONPATH" in err, err
+    assert not target.exists()

@@ -21,6 +21,22 @@ defences, combined here:
 
 A requirement the site's stack cannot meet is then refused by pip's resolver
 instead of replacing the site's torch.
+
+The venv's pip is upgraded to 26.2 or newer.  Older pips hand a constraints file
+given through a configuration file or ``PIP_CONSTRAINT`` on to the pip that
+fills an sdist's isolated build environment (pypa/pip#13300: "The
+``PIP_CONSTRAINT`` env var does influence the isolated build environment"; pip
+25.3 added ``--build-constraint`` and deprecated the leak, pypa/pip#13534; 26.2
+ended it, pypa/pip#14094).
+With the site's ``numpy==1.25.2`` pinned, every sdist whose ``[build-system]
+requires`` a newer numpy (as numpy 2 builds that run on numpy 1 and 2 do) then
+fails, though the wheel it builds runs on the site's numpy.  The pip a new venv
+starts with is its Python's bundled one (ensurepip: 23.2.1 on CPython 3.11.7)
+and the sites' py-pip is 23.1 or 25.1.  A newer pip keeps every pin and fixes
+every build; pinning fewer packages (torch and mpi4py only) would let pip
+replace numpy under a torch compiled against it, so the pins stay.  Where no
+pip >= 26.2 can be fetched (no index, no ``PIP_FIND_LINKS`` wheel), ``--keep-pip``
+accepts the old pip and its build failures.
 """
 
 from __future__ import annotations
@@ -43,6 +59,9 @@ PYPI_NAMES = {"py-torch": "torch"}
 #: Spack Python packages that are not PyPI projects (bundles, this tool).
 NOT_ON_PYPI = {"py-torch-mpi", "py-torchmpi", "py-pip", "py-setuptools", "py-wheel"}
 _VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*((a|b|rc|\.post|\.dev)[0-9]+)?$")
+#: The first pip whose isolated build environments ignore the install's constraints.
+PIP_MIN = (26, 2)
+PIP_REQUIREMENT = "pip>=26.2"
 
 
 def pins_from_lock(lock: Lock) -> dict[str, str]:
@@ -91,17 +110,73 @@ def find_lock(site_name: str) -> Path:
     return path
 
 
-def create(target: Path, *, python: str, pins: dict[str, str], source: str) -> Path:
-    """Make the venv, write the constraints, wire pip to them; returns the constraints file."""
+def pip_in(target: Path) -> tuple[tuple[int, ...], str]:
+    """The version and location of the pip that ``<venv>/bin/python -m pip`` runs.
+
+    Asked of the venv's Python in the caller's environment: a ``PYTHONPATH`` that
+    carries a pip (a module that puts py-pip on it) wins over the venv's own.
+    """
+    code = "import pip; print(pip.__version__); print(pip.__file__)"
+    proc = subprocess.run([str(target / "bin" / "python"), "-c", code],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return (), ""
+    version, where = (proc.stdout.splitlines() + ["", ""])[:2]
+    numbers = re.match(r"[0-9]+(\.[0-9]+)*", version)
+    return tuple(int(x) for x in numbers.group(0).split(".")) if numbers else (), where
+
+
+def upgrade_pip(target: Path) -> None:
+    """Bring the venv's pip to PIP_MIN or newer, through pip's own index settings.
+
+    Run before the pins are wired in (pip is never pinned anyway), so the upgrade
+    sees the user's index, ``PIP_FIND_LINKS`` and proxy and nothing of ours.
+    """
+    version, _ = pip_in(target)
+    if version >= PIP_MIN:
+        return
+    proc = subprocess.run([str(target / "bin" / "python"), "-m", "pip", "install",
+                           "--disable-pip-version-check", "--upgrade", PIP_REQUIREMENT],
+                          capture_output=True, text=True, check=False)
+    version, where = pip_in(target)
+    if proc.returncode != 0 or version < PIP_MIN:
+        why = (proc.stderr.strip().splitlines() or ["no error"])[-1] if proc.returncode \
+            else f"pip {'.'.join(map(str, version))} from {where} runs instead (PYTHONPATH?)"
+        raise UserError(
+            f"{target}: could not install {PIP_REQUIREMENT} into the venv ({why}); older pips "
+            "pass the site's pins into sdist build environments (pypa/pip#13300), so builds "
+            "that need a newer numpy fail.  Give pip a source (PIP_INDEX_URL, or "
+            "PIP_FIND_LINKS=DIR holding a pip wheel), or --keep-pip to keep the old pip")
+
+
+def create(target: Path, *, python: str, pins: dict[str, str], source: str,
+           keep_pip: bool = False) -> Path:
+    """Make the venv, write the constraints, wire pip to them; returns the constraints file.
+
+    A venv this call made is removed again when the pip upgrade fails, so a retry
+    does not meet "exists and is not empty".
+    """
     if target.exists() and any(target.iterdir()):
         raise UserError(f"{target}: exists and is not empty; choose a new directory")
     exe = shutil.which(python)
     if exe is None:
         raise UserError(f"--python {python}: not found on PATH")
+    existed = target.exists()
     proc = subprocess.run([exe, "-m", "venv", "--system-site-packages", str(target)],
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise UserError(f"{exe} -m venv failed: {proc.stderr.strip()[-500:]}")
+    if not keep_pip:
+        try:
+            upgrade_pip(target)
+        except UserError:
+            if existed:
+                for child in target.iterdir():
+                    shutil.rmtree(child) if child.is_dir() and not child.is_symlink() \
+                        else child.unlink()
+            else:
+                shutil.rmtree(target)
+            raise
     constraints = target.absolute() / CONSTRAINTS
     constraints.write_text(constraints_text(pins, source))
     (target / PIP_CONF).write_text(

@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "write DIR/constraints.txt pinning the site's Python packages (torch, numpy,\n"
             "mpi4py, ...) and make every pip in the venv use it (DIR/pip.conf, and\n"
             "PIP_CONSTRAINT in bin/activate).  A package that needs another torch is then\n"
-            "refused by pip instead of replacing the site's."
+            "refused by pip instead of replacing the site's.  The venv's pip is upgraded to\n"
+            "26.2 or newer, which keeps the pins out of sdist build environments."
         ),
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -43,6 +44,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--python", default="python3",
                    help="the site's Python, the venv's base (default: python3 on PATH, "
                         "the module's)")
+    p.add_argument("--keep-pip", action="store_true",
+                   help="keep the venv's own pip instead of upgrading it to pip>=26.2 (which "
+                        "needs an index or PIP_FIND_LINKS); an older pip applies the pins "
+                        "inside sdist build environments too, so builds that need a newer "
+                        "numpy than the site's fail")
     arguments.json(p, "the pins and paths")
     p.set_defaults(func=run)
 
@@ -63,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
     if not any(name.lower() == "torch" for name in pins):
         raise UserError(f"no torch among the pins ({source}); load the site's module "
                         "(module load py-torch-mpi) or give --site/--lock")
-    constraints = venvmod.create(args.dir, python=args.python, pins=pins, source=source)
+    constraints = venvmod.create(args.dir, python=args.python, pins=pins, source=source,
+                                 keep_pip=args.keep_pip)
     if args.json:
         print(json.dumps({"venv": str(args.dir), "constraints": str(constraints),
                           "pins": pins}, indent=2))
