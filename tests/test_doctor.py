@@ -406,7 +406,8 @@ def failure_catalogue() -> list:
         site_env.check_launcher_flags(alt_read),
         origin.check_site_prefix(
             {"torch": "/home/ann/venv/lib/python3.11/site-packages/torch/__init__.py"},
-            {"install": {"root": "/glade/work/$user/torchmpi/derecho/install"}}, {"USER": "ann"}),
+            {"install": {"root": "/glade/work/$user/torchmpi/derecho/install"}}, {"USER": "ann"},
+            tree="/glade/work/ann/torchmpi/derecho/install"),
         origin.check_site_prefix(
             {"libnccl": "/home/ann/venv/lib/python3.11/site-packages/nvidia/nccl/lib/"
                         "libnccl.so.2"}, {"name": "generic-ib"}, {}),
