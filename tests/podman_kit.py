@@ -64,6 +64,15 @@ TORCH_C = ("extern int MPI_Init(void *, void *);\n"
            "int torch_mpi_init(void) { return MPI_Init(0, 0); }\n")
 
 
+#: The image's C++ and CUDA runtimes, which Cray GTL leaves undefined (the descriptors
+#: preload them by soname): this host's libstdc++ with what it NEEDs, and a CUDA
+#: runtime stand-in with the exports and version node of tests/fixtures/cray_ex's
+#: ``libcudart`` (the image's CUDA; its path in a CUDA image is found through
+#: ld.so.conf, here a directory the loader searches by default).
+CXX_RUNTIME = ("libstdc++.so.6", "libm.so.6", "libgcc_s.so.1")
+SYSTEM_LIB = "/lib/x86_64-linux-gnu"
+
+
 def podman_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment podman runs with: the project's settings, storage in the cache."""
     store = paths.cache() / "podman"
@@ -132,6 +141,10 @@ def build_image(work: Path) -> str:
     for lib in LIBS:
         stub(root / IMAGE_LIB.lstrip("/") / lib, "image")
     image_lib = root / IMAGE_LIB.lstrip("/")
+    for name in CXX_RUNTIME:
+        shutil.copy2(_host_file(f"{SYSTEM_LIB}/{name}", f"/usr{SYSTEM_LIB}/{name}"),
+                     root / SYSTEM_LIB.lstrip("/") / name)
+    cudart(root / SYSTEM_LIB.lstrip("/") / "libcudart.so.12", work)
     torch = work / "torch.c"
     torch.write_text(TORCH_C)
     gcc("-shared", "-fPIC", "-o", str(image_lib / TORCH), str(torch), f"-L{image_lib}",
@@ -142,6 +155,20 @@ def build_image(work: Path) -> str:
     subprocess.run(["podman", "import", str(tarball), tag], env=env, check=True,
                    capture_output=True, text=True)
     return tag
+
+
+def cudart(path: Path, work: Path) -> Path:
+    """A CUDA runtime stand-in: the manifest's ``libcudart`` exports and version node."""
+    import cray_ex
+
+    entry = cray_ex.manifest()["libraries"]["libcudart"]
+    src = work / "cudart.c"
+    src.write_text("".join(f"int {name}(void) {{ return 0; }}\n" for name in entry["defines"]))
+    script = work / "cudart.map"
+    script.write_text(f"{entry['version']} {{ global: *; }};\n")
+    gcc("-shared", "-fPIC", f"-Wl,-soname,{path.name}", f"-Wl,--version-script={script}",
+        "-o", str(path), str(src))
+    return path
 
 
 def parse_probe(out: str) -> tuple[dict[str, str], dict[str, str]]:

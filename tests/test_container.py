@@ -161,6 +161,32 @@ def test_ce_pair_no_recorded_netstack_carries_is_refused(tmp_path: Path, capsys)
     assert "Traceback" not in err
 
 
+def test_ce_image_mpich_is_the_one_cscs_builds_for_containers(tmp_path: Path) -> None:
+    """CE injects no Cray MPICH: the image's MPICH runs on the CXI hook's libfabric and
+    xpmem.  eth-cscs/cscs-docs docs/software/communication/mpich.md builds MPICH 4.3.1
+    ``--with-device=ch4:ofi --with-xpmem`` (``--with-cuda`` in the GPU image) and sets
+    ``MPIR_CVAR_CH4_OFI_ENABLE_HMEM=1`` for GPU buffers.  Until issue 28 the CE image
+    carried the Cray ABI stand-in, MPICH 3.4.3 without xpmem."""
+    site = sitemod.load("alps-gh200")
+    p = container.plan(site)
+    assert p.mpi == "mpich@4.3.1 device=ch4 netmod=ofi +xpmem ~cuda"
+    packages = yaml.safe_load(container.spack_yaml(site, p))["spack"]["packages"]
+    assert packages["mpich"]["require"] == [p.mpi]
+    assert packages["xpmem"]["require"] == ["~kernel-module"]  # the node's module is CSCS's
+    assert "MPIR_CVAR_CH4_OFI_ENABLE_HMEM" not in container.edf(site, p)["env"]
+
+    def aware(d):
+        d["mpi"]["cuda_aware"] = True
+        d["runtime"]["env"]["MPICH_GPU_SUPPORT_ENABLED"] = 1
+
+    site = edited_site(tmp_path, "alps-gh200", aware)
+    p = container.plan(site)
+    assert p.mpi == f"mpich@4.3.1 device=ch4 netmod=ofi +xpmem +cuda cuda_arch={site.cuda_arch}"
+    assert container.edf(site, p)["env"]["MPIR_CVAR_CH4_OFI_ENABLE_HMEM"] == "1"
+    # The Cray runtimes keep the ABI stand-in that lib-abi-mpich replaces.
+    assert container.plan(sitemod.load("derecho")).mpi.startswith("mpich@3.4.3 ")
+
+
 def test_alps_launch_line_is_pmi2_with_the_alt_read_network_flag(tmp_path: Path,
                                                                  capsys) -> None:
     """cscs-docs docs/software/communication/mpich.md ("Use PMI-2": MPICH in a
@@ -201,7 +227,8 @@ def test_derecho_wrapper_is_derived_from_the_site_file(tmp_path: Path, capsys) -
     assert "--bind /opt/cray:/opt/cray:ro" in text
     assert f"LD_LIBRARY_PATH=/opt/host/plugin:{abi}:" in text
     assert f"{site.data['libfabric']['prefix']}/lib64" in text
-    assert "LD_PRELOAD=/opt/cray/pe/mpich/8.1.27/gtl/lib/libmpi_gtl_cuda.so.0" in text
+    assert "LD_PRELOAD=libcuda.so.1:libstdc++.so.6:libcudart.so.12:" \
+        "/opt/cray/pe/mpich/8.1.27/gtl/lib/libmpi_gtl_cuda.so.0" in text
     for key, value in runtime.environment(site.data).items():
         assert f"{key}={value}" in text
     assert text.startswith("#!/usr/bin/env bash\n")
@@ -231,7 +258,7 @@ def test_perlmutter_podman_hpc_module_binds_the_host_stack(tmp_path: Path, capsy
     assert lib_path[0] == f"{data['mpi']['prefix']}/lib-abi-mpich"
     assert f"{data['libfabric']['prefix']}/lib64" in lib_path
     gtl = "/opt/cray/pe/mpich/8.1.28/gtl/lib/libmpi_gtl_cuda.so.0"
-    assert _arg(module["additional_args"], "LD_PRELOAD") == gtl
+    assert _arg(module["additional_args"], "LD_PRELOAD").split(":")[-1] == gtl
     assert "--torchmpi" in (out / "run.sh").read_text()
 
 
@@ -267,6 +294,21 @@ def test_derecho_wrapper_binds_what_ncars_run_line_binds(tmp_path: Path, capsys)
     abi = f"{sitemod.load('derecho').data['mpi']['prefix']}/lib-abi-mpich"
     assert dirs.index(abi) < dirs.index("/opt/cray/pe/lib64")
     assert "--env MPICH_SMP_SINGLE_COPY_MODE=NONE" in text
+
+
+@pytest.mark.parametrize("name", ["derecho", "perlmutter"])
+def test_gtl_preload_loads_what_gtl_leaves_undefined_first(name: str) -> None:
+    """GTL as the record shows it leaves the C++ runtime (cray-mpich 8.1.21,
+    eth-cscs/stackinator#9), the CUDA runtime (8.1.27, stackinator#158) and driver
+    symbols (8.1.30, spectral-compute/scale-validation#66) to whoever loaded them; the
+    native preload loads driver, libstdc++, libcudart, then GTL (gtl_preload.preload).
+    The descriptors' LD_PRELOAD lists them in the same order, by soname, so the image's
+    runtimes and the driver the runtime mounts are the ones found."""
+    site = sitemod.load(name)
+    p = container.plan(site)
+    major = container._cuda_version(site).split(".")[0]
+    assert p.preload[:3] == ["libcuda.so.1", "libstdc++.so.6", f"libcudart.so.{major}"]
+    assert p.preload[3].endswith("/gtl/lib/libmpi_gtl_cuda.so.0") and len(p.preload) == 4
 
 
 def test_perlmutter_module_binds_what_nersc_modules_bind(tmp_path: Path, capsys) -> None:

@@ -305,3 +305,39 @@ def test_images_torch_loads_with_every_needed_from_the_host(image, cray_node,
     # Negative control 2: injection off, the image's own libmpi.so.12.
     found = _ldd(script, dict(env, TORCHMPI_CONTAINER_INJECT="0"), torch)
     assert found["libmpi.so.12"] == f"{IMAGE_LIB}/libmpi.so.12", found
+
+
+@pytest.mark.parametrize("form", ["8.1.21", "8.1.27", "8.1.30"])
+def test_descriptors_gtl_preload_loads_every_recorded_gtl_form(image, cray_node, form: str,
+                                                                tmp_path: Path) -> None:
+    """Each GTL form of the record (tests/fixtures/cray_ex/manifest.yaml: C++ runtime
+    undefined, CUDA runtime undefined, driver symbols undefined) loads in the container
+    through derecho's LD_PRELOAD, which puts the driver (the node's, from /host/lib64),
+    the image's libstdc++ and libcudart before GTL.  Negative control: GTL alone, the
+    descriptor's LD_PRELOAD before, stops every process with an undefined symbol."""
+    node = cray_node
+
+    def edit(data):
+        data["mpi"]["prefix"] = str(node.root / f"opt/cray/pe/mpich/{form}/ofi/gnu/9.1")
+        data["mpi"]["version"] = form
+        data["libfabric"]["prefix"] = str(node.path("libfabric").parent.parent)
+
+    site = edited_site(tmp_path, "derecho", edit)
+    script = tmp_path / "run-podman.sh"
+    script.write_text(container.render(site)["run-podman.sh"])
+    env = dict(os.environ, TORCHMPI_IMAGE=image)
+    gtl = node.libraries[f"gtl-{form}"]["path"]
+
+    proc = subprocess.run(["bash", str(script), "/usr/bin/probe", "libmpi_gtl_cuda.so.0"],
+                          env=podman_env(env), capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0 and "ERROR" not in proc.stderr, proc.stderr
+    _, maps = parse_probe(proc.stdout)
+    assert maps["libmpi_gtl_cuda.so.0"] == gtl, maps
+    assert maps["libcuda.so.1"] == f"{container.HOST_LIB64}/libcuda.so.1", maps
+    assert "libstdc++.so.6" in maps and "libcudart.so.12" in maps, maps
+
+    proc = subprocess.run(["bash", str(script), "/bin/env", f"LD_PRELOAD={gtl}",
+                           "/usr/bin/probe"], env=podman_env(env), capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode != 0 and "undefined symbol" in proc.stderr, proc.stderr

@@ -118,12 +118,17 @@ def test_one_torch_with_the_mpi_backend(solves: Solves, name: str) -> None:
 
 @pytest.mark.parametrize("name", BY_SITE)
 def test_mpi_is_the_stand_in_or_the_images_own(solves: Solves, name: str) -> None:
-    """Cray sites: MPICH 3.4.3 ch4:ofi (the ABI stand-in), ``+cuda`` only where the
-    site is CUDA-aware; the others: the site's Open MPI kind, built in the image."""
+    """Cray sites: MPICH 3.4.3 ch4:ofi (the ABI stand-in; 4.3.1 +xpmem under CE),
+    ``+cuda`` only where the site is CUDA-aware; the others: the site's Open MPI kind,
+    built in the image."""
     res, lock = solves.lock(name)
     [mpi] = lock.mpi()
     assert not mpi.external
-    if res.site.data["mpi"]["kind"] == "cray-mpich":
+    if res.site.data["mpi"]["kind"] == "cray-mpich" and res.plan.runtime == "ce":
+        # CE injects no Cray MPICH: MPICH as CSCS builds it for containers.
+        assert (mpi.name, mpi.version) == ("mpich", "4.3.1")
+        assert mpi.variants["xpmem"] is True
+    elif res.site.data["mpi"]["kind"] == "cray-mpich":
         assert (mpi.name, mpi.version) == ("mpich", "3.4.3")
         assert mpi.variants["device"] == "ch4" and mpi.variants["netmod"] == "ofi"
         assert mpi.variants["cuda"] is _cuda_aware(res.site)

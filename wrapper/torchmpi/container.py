@@ -93,6 +93,17 @@ PODMAN_HPC_SYSTEM_BINDS = ("/dev/xpmem:/dev/xpmem", "/dev/shm:/dev/shm", "/dev/s
 #: module replaces an MPICH-ABI libmpi.so.12 the same way (NERSC/podman-hpc
 #: etc/modules.d/mpich.yaml, cuda-mpich.yaml).
 CRAY_STANDIN = "mpich@3.4.3 device=ch4 netmod=ofi"
+#: The image's own MPICH where CE runs it: CE injects no Cray MPICH, only the
+#: host's (or the netstack's) libfabric and xpmem through the CXI hook, so the
+#: image carries MPICH as CSCS builds it for containers (eth-cscs/cscs-docs
+#: docs/software/communication/mpich.md: 4.3.1, ``--with-device=ch4:ofi
+#: --with-xpmem``, ``--with-cuda`` in the GPU image); xpmem's user library only
+#: (``~kernel-module``: the node's module is the system's).
+CE_MPICH = "mpich@4.3.1 device=ch4 netmod=ofi +xpmem"
+#: Set in the EDF where the CE image's MPICH is CUDA-aware: "To make sure that
+#: GPU-to-GPU performance is good for inter-node communication one must set" it
+#: (the same page).
+CE_HMEM = {"MPIR_CVAR_CH4_OFI_ENABLE_HMEM": "1"}
 
 #: Base images by OS: the build stage (compiler, CUDA headers) and the final
 #: stage (CUDA runtime only), and the system compiler the OS ships (the
@@ -281,7 +292,8 @@ def plan(site: Site) -> Plan:
         if chosen is not None:
             nccl = {"version": chosen.nccl, "plugin": chosen.plugin}
     if kind == "cray-mpich":
-        mpi = CRAY_STANDIN + (f" +cuda cuda_arch={site.cuda_arch}" if cuda_aware else " ~cuda")
+        mpi = ((CE_MPICH if rt == "ce" else CRAY_STANDIN)
+               + (f" +cuda cuda_arch={site.cuda_arch}" if cuda_aware else " ~cuda"))
     elif kind in ("openmpi-cuda", "openmpi"):
         mpi = kind
     else:
@@ -291,6 +303,8 @@ def plan(site: Site) -> Plan:
                mpi=mpi, nccl=nccl)
     if rt == "ce":
         out.netstack = _netstack(site, nccl.get("plugin"))
+        if cuda_aware:
+            out.env.update(CE_HMEM)
     if rt in ("podman-hpc", "apptainer"):
         # The whole Cray tree at its own path, as NCAR binds it (--bind /opt/cray), so
         # every RUNPATH and link inside it resolves as on the host; the host's
@@ -316,7 +330,16 @@ def plan(site: Site) -> Plan:
         if cuda_aware:
             gtl = inside(_gtl_dir(site))
             out.lib_path.append(gtl)
-            out.preload.append(f"{gtl}/libmpi_gtl_cuda.so.0")
+            # What GTL leaves undefined, loaded first as the native preload does
+            # (gtl_preload.preload: driver, C++ runtime, CUDA runtime, GTL): C++
+            # runtime symbols with libstdc++ not NEEDED (cray-mpich 8.1.21,
+            # eth-cscs/stackinator#9), CUDA runtime ones with libcudart not NEEDED
+            # (8.1.27, stackinator#158), driver symbols (8.1.30,
+            # spectral-compute/scale-validation#66).  By soname: the image's runtimes,
+            # the driver the runtime mounts (--nv, the GPU module).
+            major = (_cuda_version(site) or "12").split(".")[0]
+            out.preload += ["libcuda.so.1", "libstdc++.so.6", f"libcudart.so.{major}",
+                            f"{gtl}/libmpi_gtl_cuda.so.0"]
         out.binds.append((str(root / "usr" / "lib64"), HOST_LIB64))
         out.lib_path.append(HOST_LIB64)
         if rt == "apptainer":
@@ -397,6 +420,8 @@ def spack_env(site: Site, p: Plan) -> dict[str, Any]:
     }
     if p.mpi.startswith("mpich"):
         packages["mpich"] = {"require": [p.mpi]}
+    if "+xpmem" in p.mpi.split():
+        packages["xpmem"] = {"require": ["~kernel-module"]}
     cuda = _cuda_version(site)
     if cuda:
         packages["cuda:"] = {"buildable": False,
@@ -426,7 +451,9 @@ def spack_yaml(site: Site, p: Plan) -> str:
         "image by the Containerfile beside it; every path is a path inside the image.",
         f"target {p.target}: generic for the site's {site.data['target']}, so the image runs",
         "on any node of the family and builds on any host of it.",
-        f"mpi {p.mpi}: " + ("an ABI stand-in; the host's Cray MPICH (lib-abi-mpich)"
+        f"mpi {p.mpi}: " + ("MPICH as CSCS builds it for CE; the CXI hook injects"
+                            " libfabric and xpmem under it." if p.runtime == "ce"
+                            else "an ABI stand-in; the host's Cray MPICH (lib-abi-mpich)"
                             " replaces it at run time." if p.mpi.startswith("mpich")
                             else "built in the image, nothing injected."),
         "shared_linking runpath: LD_LIBRARY_PATH (the injected host libraries) outranks",
@@ -591,7 +618,7 @@ def edf(site: Site, p: Plan) -> dict[str, Any]:
     """CSCS Container Engine environment definition (eth-cscs/cscs-docs
     docs/software/container-engine/edf.md): image, mounts, hook annotations, [env]."""
     rt = runtime.resolve(site.data)
-    env = {MARKER: "ce", **rt.set}
+    env = {MARKER: "ce", **p.env, **rt.set}
     for key, value in rt.prepend_path.items():
         env[key] = f"{value}:${{{key}:-}}"
     for key, value in rt.append_path.items():
