@@ -371,6 +371,17 @@ def test_bind_model_needs_cray_mpich(tmp_path: Path, capsys) -> None:
     assert "Cray MPICH" in err and "openmpi-cuda" in err
 
 
+def test_bind_model_refuses_a_cray_mpich_outside_opt_cray(tmp_path: Path, capsys) -> None:
+    """The closure is bound as the /opt/cray tree (NCAR's ``--bind /opt/cray``); a
+    prefix elsewhere is refused with the key, not bound half."""
+    def elsewhere(d):
+        d["mpi"]["prefix"] = "/sw/cray-mpich/8.1.27/ofi/gnu/9.1"
+
+    err = _refused(tmp_path, edited_site(tmp_path, "derecho", elsewhere).path, capsys)
+    assert "mpi.prefix /sw/cray-mpich/8.1.27/ofi/gnu/9.1 is not below /opt/cray" in err
+    assert "Traceback" not in err
+
+
 def test_site_without_container_key_is_refused(tmp_path: Path, capsys) -> None:
     site = edited_site(tmp_path, "derecho", lambda d: d.pop("container"))
     assert "no `container:` key" in _refused(tmp_path, site.path, capsys)
