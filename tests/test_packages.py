@@ -1247,3 +1247,51 @@ def test_design_doc_shows_the_rccl_pairs_table() -> None:
     shown = {(r[0], r[1], r[2], r[3]) for r in rows}
     assert shown == {(r, p, lf, f"Slingshot: {who}")
                      for r, p, lf, _, who, _ in vouched_rccl_pairs()}
+
+
+@pytest.fixture(scope="session")
+def rocm_slingshot_solve(spack, tmp_path_factory) -> dict:
+    """The one +rocm solve (about 260 s on a loaded 2-core host): py-torch-mpi
+    +rocm for Slingshot against a Cray-shaped site, cray-mpich +rocm and a cxi
+    libfabric as externals (stub prefixes), the ROCm stack left to the solver."""
+    ext = tmp_path_factory.mktemp("rocm-externals")
+    mpich = _fake_external(ext / "mpich" / "ofi" / "gnu" / "12.3",
+                           ("include/mpi.h", "lib/libmpi.so"))
+    fabric = _fake_external(ext / "libfabric", ("include/rdma/fabric.h", "lib64/libfabric.so"))
+    code = f"""
+import json
+import spack.concretize
+import spack.config
+scope = spack.config.InternalConfigScope("rocm-site", {{"packages": {{
+    "mpi": {{"require": ["cray-mpich"]}},
+    "cray-mpich": {{"buildable": False, "externals": [
+        {{"spec": "cray-mpich@8.1.31 +rocm amdgpu_target=gfx90a", "prefix": {str(mpich)!r}}}]}},
+    "libfabric": {{"buildable": False, "externals": [
+        {{"spec": "libfabric@1.22.0 fabrics=cxi", "prefix": {str(fabric)!r}}}]}}}}}})
+with spack.config.override(scope):
+    spec = spack.concretize.concretize_one(
+        "py-torch-mpi +rocm amdgpu_target=gfx90a fabric=slingshot")
+print(json.dumps({{
+    "nodes": {{d.name: {{"version": str(d.version), "external": d.external,
+                        "variants": {{k: str(v.value) for k, v in d.variants.items()}}}}
+              for d in spec.traverse()}}}}))
+"""
+    return json.loads(spack.python(code).stdout.strip().splitlines()[-1])["nodes"]
+
+
+@pytest.mark.concretize
+def test_rocm_slingshot_solves_to_a_vouched_rccl_stack(rocm_slingshot_solve: dict) -> None:
+    """A real solve: builtin py-torch +rocm with MPI and RCCL for gfx90a, RCCL
+    and the ROCm plugin at a vouched pair, the site's cray-mpich; no CUDA,
+    no NVIDIA NCCL, no gloo."""
+    nodes = rocm_slingshot_solve
+    torch = nodes["py-torch"]["variants"]
+    assert (torch["rocm"], torch["nccl"], torch["mpi"], torch["cuda"], torch["gloo"]) == (
+        "True", "True", "True", "False", "False"), torch
+    assert nodes["rccl"]["variants"]["amdgpu_target"] == torch["amdgpu_target"] == "('gfx90a',)"
+    plugin = nodes["aws-ofi-nccl"]["variants"]
+    assert (plugin["rocm"], plugin["cuda"], plugin["cxi"]) == ("True", "False", "True"), plugin
+    pair = (nodes["rccl"]["version"], nodes["aws-ofi-nccl"]["version"])
+    assert pair in {(r, p) for r, p, *_ in vouched_rccl_pairs()}, pair
+    assert nodes["cray-mpich"]["external"] and nodes["libfabric"]["external"]
+    assert not {"cuda", "nccl", "nccl-ss11", "gloo"} & set(nodes), sorted(nodes)
