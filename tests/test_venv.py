@@ -344,10 +344,10 @@ def test_sdist_whose_build_needs_a_newer_pin_builds(site_venv, build_links, wiri
     env = site_env()
     if wiring == "activate":  # a shell after `. bin/activate`: PIP_CONSTRAINT, exported
         env["PIP_CONSTRAINT"] = str(site_venv / "constraints.txt")
-    version = pip_version(site_venv, env)
-    assert tuple(int(x) for x in version.split(".")[:2]) >= (26, 2), version
     proc = install_sdist(site_venv, build_links, env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    version = pip_version(site_venv, env)
+    assert tuple(int(x) for x in version.split(".")[:2]) >= (26, 2), version
     assert venv_dists(site_venv, "needs_new_numpy_to_build") == [
         "needs_new_numpy_to_build-1.0.dist-info"]
     assert venv_dists(site_venv, "numpy") == []  # the pin held at the top: the site's numpy
