@@ -293,6 +293,13 @@ def test_images_torch_loads_with_every_needed_from_the_host(image, cray_node,
     assert found["libcxi.so.1"] == f"{container.HOST_LIB64}/libcxi.so.1", found
     # ldd of the injected libmpi itself (docs/containers.md, acceptance step 1).
     assert "not found" not in _ldd(script, env, found["libmpi.so.12"]).values()
+    # And it loads: dlopen(RTLD_NOW) of torch maps the closure from the host.
+    out = _run(script, image, env, "/usr/bin/probe", torch)
+    assert f"ORIGIN {torch} ?" in out and "MISSING" not in out, out
+    _, maps = parse_probe(out)
+    for soname, path in node_path.items():
+        assert maps[soname] == path, (soname, maps)
+    assert maps["libcxi.so.1"] == f"{container.HOST_LIB64}/libcxi.so.1", maps
 
     # Negative control 1: what the descriptor put on LD_LIBRARY_PATH before issue 28.
     gtl = str(Path(node_path["libmpi.so.12"]).parents[4] / "gtl" / "lib")
