@@ -413,8 +413,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "elif site_libc and libcs != [site_libc]:",
            "elif site_libc and site_libc not in libcs:", LOCKTESTS),
     # --- the patcher (digest updated: only behaviour may kill it) -----------------------
-    # Skipping a source that mentions MPICH (what the patcher did before issue 29
-    # point 4): a check with upstream's MPIX_GPU_SUPPORT_CUDA branch gets no fallback.
+    # Skipping a source that mentions MPICH (what the patcher did before it checked
+    # the guard macro): a check with upstream's MPIX_GPU_SUPPORT_CUDA branch gets no fallback.
     Mutant("patcher", PATCHER, '    return MARKER in source', '    return "MPICH" in source',
            PATCH),
     Mutant("patcher", PATCHER,

@@ -165,7 +165,7 @@ def test_ce_image_mpich_is_the_one_cscs_builds_for_containers(tmp_path: Path) ->
     """CE injects no Cray MPICH: the image's MPICH runs on the CXI hook's libfabric and
     xpmem.  eth-cscs/cscs-docs docs/software/communication/mpich.md builds MPICH 4.3.1
     ``--with-device=ch4:ofi --with-xpmem`` (``--with-cuda`` in the GPU image) and sets
-    ``MPIR_CVAR_CH4_OFI_ENABLE_HMEM=1`` for GPU buffers.  Until issue 28 the CE image
+    ``MPIR_CVAR_CH4_OFI_ENABLE_HMEM=1`` for GPU buffers.  Before, the CE image
     carried the Cray ABI stand-in, MPICH 3.4.3 without xpmem."""
     site = sitemod.load("alps-gh200")
     p = container.plan(site)
@@ -277,7 +277,7 @@ CLOSURE_DIRS = ("/opt/cray/pe/lib64", "/opt/cray/xpmem/default/lib64")
 def test_derecho_wrapper_binds_what_ncars_run_line_binds(tmp_path: Path, capsys) -> None:
     """NCAR/hpc-demos containers/tutorial/apptainer/FastEddy/run_fasteddy_container.pbs:
     ``--bind /run --bind /opt/cray --bind /usr/lib64:/host/lib64``, ``/host/lib64`` last
-    on LD_LIBRARY_PATH, ``MPICH_SMP_SINGLE_COPY_MODE=NONE``.  Until issue 28 only
+    on LD_LIBRARY_PATH, ``MPICH_SMP_SINGLE_COPY_MODE=NONE``.  Before, only
     lib-abi-mpich, libfabric and GTL were bound: libpmi, libpals, libxpmem and libcxi,
     which libmpi.so.12 and libfabric NEED, were not in the container."""
     text = (render_cli(tmp_path, "derecho", capsys) / "run.sh").read_text()

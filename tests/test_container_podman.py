@@ -259,8 +259,8 @@ def test_images_torch_loads_with_every_needed_from_the_host(image, cray_node,
     """In the container derecho's injection makes the image's torch (NEEDs libmpi.so.12)
     resolve libmpi.so.12 to the host's lib-abi-mpich copy and everything that NEEDs in
     turn (libpmi, libpmi2, libpals, Cray's gcc-libs, libfabric, libcxi, libxpmem) to
-    the host's files: nothing "not found".  Negative controls: the injection of before
-    issue 28 (lib-abi-mpich, libfabric and GTL alone on LD_LIBRARY_PATH) leaves libpmi,
+    the host's files: nothing "not found".  Negative controls: the old injection
+    (lib-abi-mpich, libfabric and GTL alone on LD_LIBRARY_PATH) leaves libpmi,
     libpals' link, libxpmem and libcxi "not found"; with injection off the image's own
     libmpi.so.12 is the one found."""
     node = cray_node
@@ -301,7 +301,7 @@ def test_images_torch_loads_with_every_needed_from_the_host(image, cray_node,
         assert maps[soname] == path, (soname, maps)
     assert maps["libcxi.so.1"] == f"{container.HOST_LIB64}/libcxi.so.1", maps
 
-    # Negative control 1: what the descriptor put on LD_LIBRARY_PATH before issue 28.
+    # Negative control 1: what the descriptor put on LD_LIBRARY_PATH before (no closure).
     gtl = str(Path(node_path["libmpi.so.12"]).parents[4] / "gtl" / "lib")
     old = ":".join([str(Path(node_path["libmpi.so.12"]).parent),
                     str(Path(node_path["libfabric.so.1"]).parent), gtl])

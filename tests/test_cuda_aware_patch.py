@@ -258,7 +258,7 @@ def test_patched_check_follows_cray_switch(tmp_path: Path, name: str) -> None:
 @pytest.mark.parametrize("name", UPSTREAM_BRANCH)
 def test_upstream_branch_alone_refuses_on_mpich_without_the_macro(tmp_path: Path,
                                                                     name: str) -> None:
-    """Why the fallback stays after upstream's branch (issue 29 point 4): left
+    """Why the fallback stays after upstream's branch: left
     unpatched, a source with PR #178323's branch still refuses every CUDA tensor
     where the MPICH headers do not define MPIX_GPU_SUPPORT_CUDA."""
     exe = _build(tmp_path, _source(name), "mpich")

@@ -1,6 +1,6 @@
 """Derecho's site file: facts from NCAR's published Spack deployment, one ncarenv release.
 
-Issue 11 lowers Derecho's from-source count with externals taken from NCAR's
+The site lowers Derecho's from-source count with externals taken from NCAR's
 own Spack configuration (github.com/NCAR/spack-derecho), each citing where NCAR
 states it, and asks that compiler, CUDA, cuDNN, cray-mpich and libfabric come
 from one ncarenv release.  These checks read the committed site file (data with
@@ -76,7 +76,7 @@ def test_header_cites_ncar_repository_commit_and_files(text: str) -> None:
 def test_every_external_cites_a_defined_source(text: str, data: dict[str, Any]) -> None:
     """Each `externals:` entry names its NCAR source on its own lines."""
     externals = data.get("externals") or []
-    assert len(externals) >= 20, "Derecho reuses NCAR's build tools and libraries (issue 11)"
+    assert len(externals) >= 20, "Derecho reuses NCAR's build tools and libraries"
     body = text[text.index("\nexternals:\n") + 1:]
     body = body[: re.search(r"\n[a-z_]+:", body[1:]).start() + 1]
     entries = re.split(r"\n(?=- spec: )", body)[1:]

@@ -88,7 +88,7 @@ def test_loaded_open_mpi_is_read_with_its_own_ompi_info():
 
 
 def test_an_open_mpi_on_path_does_not_speak_for_another_one():
-    """Issue 30: the ompi_info on PATH is another installation's (its libdir is not the
+    """The ompi_info on PATH is another installation's (its libdir is not the
     loaded library's): neither its version nor its CUDA support is this MPI's."""
     runner = openmpi(OMPI_TRUE, "ompi_info", "/usr/lib/x86_64-linux-gnu/openmpi/lib")
     found = mpi.identify_mpi(runner, {}, loaded=[OMPI_LIB])
@@ -104,7 +104,7 @@ def test_the_ompi_info_on_path_counts_when_it_is_that_open_mpi():
 
 
 def test_nothing_on_path_identifies_an_mpi_torch_does_not_load():
-    """Issue 30: with no MPI library in torch, an Open MPI on PATH or a Cray MPICH
+    """With no MPI library in torch, an Open MPI on PATH or a Cray MPICH
     module in the environment is not 'the MPI'."""
     runner = canned({"ompi_info --version": "Open MPI v4.1.6\n", "mpichversion":
                      "MPICH Version:\t4.2.3\n", "ompi_info --parsable --all": OMPI_TRUE})
@@ -126,7 +126,7 @@ PERLMUTTER = {"name": "perlmutter", "mpi": {"kind": "cray-mpich", "version": "8.
 
 
 def test_no_mpi_backend_skips_every_mpi_check():
-    """Issue 30: a pip torch loads no MPI; an Open MPI beside it, or the Cray switch a
+    """A pip torch loads no MPI; an Open MPI beside it, or the Cray switch a
     site module set, is not judged."""
     switch = {"MPICH_GPU_SUPPORT_ENABLED": "1"}
     for check in (mpi.check_mpi_implementation(OPEN_MPI, NO_BACKEND, PERLMUTTER),

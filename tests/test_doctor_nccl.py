@@ -206,7 +206,7 @@ def test_slingshot_detection():
 
 def test_generic_ib_excludes_every_interface_the_doctor_rejects() -> None:
     """One rule: generic-ib's NCCL_SOCKET_IFNAME is the doctor's exclusion list, so
-    NCCL there never picks a bridge or container link (issue 18: ^docker0,lo left
+    NCCL there never picks a bridge or container link (the old ^docker0,lo left
     virbr0, veth*, podman0 ... to NCCL)."""
     from torchmpi import runtime
     from torchmpi import site as sitemod

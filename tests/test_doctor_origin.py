@@ -55,7 +55,7 @@ WHEEL_NCCL = {"torch": "/sw/torch/__init__.py",
 
 
 def test_without_a_site_there_is_nothing_to_replace():
-    """Issue 30: no --site, pip torch + pip NCCL: a coherent stack, not 'a pip install
+    """No --site, pip torch + pip NCCL: a coherent stack, not 'a pip install
     replaced the site's package'."""
     check = check_site_prefix(WHEEL_NCCL, None, {})
     assert check.status == SKIP and check.detail.startswith("no site given")
@@ -69,7 +69,7 @@ def test_nccl_from_the_pip_wheel_fails_under_a_site_without_install_root():
 
 
 def test_a_site_without_install_root_says_so_not_give_site():
-    """Issue 31 point 9: --site was given; what is missing is the site's install.root."""
+    """--site was given; what is missing is the site's install.root."""
     check = check_site_prefix({"torch": "/x/torch/__init__.py"}, {"name": "generic-ib"}, {})
     assert check.status == SKIP and "give --site" not in check.detail
     assert "site generic-ib states no install.root" in check.detail
@@ -127,7 +127,7 @@ def test_an_install_root_with_a_variable_unset_here_is_not_compared():
     site = {"name": "perlmutter", "install": {"root": "$PSCRATCH/torchmpi/install"}}
     check = check_site_prefix({"torch": "/x/torch/__init__.py"}, site, {})
     assert check.status == SKIP and "names $PSCRATCH" in check.detail, check
-    # Set here it is still the caller's, not the installer's (issue 28 point 6): the
+    # Set here it is still the caller's, not the installer's: the
     # recorded install tree is compared with instead (tests/test_doctor_site.py).
     set_here = check_site_prefix({"torch": "/x/torch/__init__.py"}, site, {"PSCRATCH": "/p"})
     assert set_here.status == SKIP

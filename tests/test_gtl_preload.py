@@ -177,7 +177,7 @@ def test_each_gtl_form_loads_on_a_gpu_node(nodes, tmp_path, form) -> None:
     """GPU node, no cudatoolkit module loaded: with what the build recorded (its
     libstdc++ and libcudart), every recorded GTL form loads before libmpi, so
     ``import torch`` works and MPI_Init with MPICH_GPU_SUPPORT_ENABLED=1 finds GTL
-    (issue 28: 8.1.21's form was refused, "undefined symbol: _ZNSt13runtime_errorD1Ev")."""
+    (the old preload refused 8.1.21's form, "undefined symbol: _ZNSt13runtime_errorD1Ev")."""
     node = nodes["gpu"]
     site = _package(tmp_path, node.root / "torchmpi-test/torch/libtorch.so",
                     node.path(f"gtl-{form}"), **_recorded(node))

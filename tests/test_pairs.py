@@ -138,7 +138,7 @@ def test_shipped_slingshot_sites_render_a_vouched_pair() -> None:
 
 
 def test_every_label_names_the_libfabric_the_pair_ran_with() -> None:
-    """Issue 28 point 7: a pair run on Slingshot is labelled with its libfabric (CSCS ran
+    """A pair run on Slingshot is labelled with its libfabric (CSCS ran
     2.29.2-1 + 1.18.0 with 2.4.0, Perlmutter has 1.20.1); the release notes' pairs have
     none recorded and say nothing about one."""
     for pair in pairs.vouched():

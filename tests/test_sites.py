@@ -1,6 +1,6 @@
 """Unit tests for site files, rendering and detection (no Spack needed).
 
-Each bad input of issue 3 must give one precise message (file, line, key path,
+Each bad input must give one precise message (file, line, key path,
 what is allowed), a non-zero exit, and write nothing.
 """
 
@@ -72,12 +72,12 @@ def test_every_shipped_site_is_valid() -> None:
 
 @pytest.fixture
 def no_gfortran(tmp_path: Path, monkeypatch) -> None:
-    """This host's PATH without gfortran (issue 30's GPU node had none)."""
+    """This host's PATH without gfortran (the H200 of docs/performance.md had none)."""
     monkeypatch.setenv("PATH", path_without(tmp_path / "bin", "gfortran"))
 
 
 def test_local_without_gfortran_says_what_to_install_first(no_gfortran, tmp_path, capsys):
-    """Issue 30: before any slow step (Spack is not started), with the line of the key."""
+    """Before any slow step (Spack is not started), with the line of the key."""
     out = tmp_path / "env"
     started = time.monotonic()
     err = cli_error(capsys, "render", "local", "-o", str(out))
@@ -92,7 +92,7 @@ def test_local_without_gfortran_says_what_to_install_first(no_gfortran, tmp_path
 
 
 def test_sites_lists_a_site_this_host_cannot_load(no_gfortran, capsys) -> None:
-    """Issue 30: every site listed; `local` marked with why; exit 0, as --help says
+    """Every site listed; `local` marked with why; exit 0, as --help says
     (exit 1 is for an invalid site file, which `local` is not)."""
     assert main(["sites"]) == 0
     out = capsys.readouterr().out
@@ -114,7 +114,7 @@ def test_sites_lists_a_site_this_host_cannot_load(no_gfortran, capsys) -> None:
     ["bump-check", "local"],
 ], ids=lambda argv: argv[0])
 def test_every_error_names_its_own_verb(no_gfortran, tmp_path, capsys, argv) -> None:
-    """The site-loading error of each verb carries that verb's name (issue 30 saw a
+    """The site-loading error of each verb carries that verb's name (a GPU node once showed a
     `torchmpi container: error:` line where another verb ran)."""
     err = cli_error(capsys, *(a.format(tmp=tmp_path) for a in argv))
     assert err.startswith(f"torchmpi {argv[0]}: error: "), err

@@ -97,7 +97,7 @@ def test_unverified_release_is_named_at_render_with_the_pin(tmp_path: Path, caps
 @pytest.mark.parametrize("versions", [("2.11.0",), None])
 def test_note_never_advises_a_deprecated_release(tmp_path: Path, capsys, versions) -> None:
     """Builtin deprecates every release with a fixture (CVEs): the note names
-    none of them as the way out (issue 29 point 5)."""
+    none of them as the way out."""
     _, err = _render(tmp_path, "derecho", _with(*versions) if versions else None, capsys)
     assert "ProcessGroupMPI fixture" in err and "mpi.cuda_aware: false" in err
     deprecated = [v for v, old in torches.builtin_releases().items() if old]
@@ -156,7 +156,7 @@ def test_gpu_site_silent_on_cuda_aware_is_cuda_aware(tmp_path: Path, capsys) -> 
     files, err_text = _render(tmp_path, "generic-ib", _with("2.11.0"), capsys)
     assert "+cuda_aware_mpi" in files["spack.yaml"]["spack"]["specs"][0]
     # ... but Open MPI is PyTorch's own branch: the patch never runs there, so no
-    # PatchError risk is named (issue 29 point 5).
+    # PatchError risk is named.
     assert "ProcessGroupMPI" not in err_text and "PatchError" not in err_text
 
 

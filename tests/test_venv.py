@@ -271,7 +271,7 @@ def test_pins_from_the_python_leave_the_installer_free(tmp_path):
     assert not {"pip", "setuptools", "wheel"} & {name.lower() for name in pins}
 
 
-# --- pip's isolated build environments (issue 30, point 5) -------------------------------
+# --- pip's isolated build environments ----------------------------------------------
 #
 # Before pip 26.2 a constraints file given through pip.conf or PIP_CONSTRAINT also binds the
 # pip that installs an sdist's [build-system] requires (pypa/pip#13300; 26.2 ended it,
