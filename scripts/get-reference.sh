@@ -26,8 +26,9 @@ TORCHMPI_ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 die() { printf 'torchmpi setup: error: %s\n' "$*" >&2; exit 1; }
 [ "${TORCHMPI_SKIP_REFERENCE:-}" = 1 ] && exit 0
 
-# The pip wheels tests/test_venv.py builds an sdist with, offline: the sites' older pips 23.1 and 25.1, which pass a constraints file
-# into isolated build environments, and 26.3, which no longer does (pip 26.2:
+# The pip wheels tests/test_venv.py builds an sdist with, offline: the sites'
+# older pips 23.1 and 25.1, which pass a constraints file into isolated build
+# environments, and 26.3, which no longer does (pip 26.2:
 # pypa/pip#14094); setuptools is the sdist's build backend.  Pure-Python
 # wheels from PyPI, checked by sha256 like the rest.
 PIP_WHEELS="$TORCHMPI_CACHE/pip-wheels"
