@@ -404,6 +404,8 @@ def failure_catalogue() -> list:
         site_env.check_site_env(site, {"FI_CXI_DEFAULT_CQ_SIZE": "1024"}),
         site_env.check_launcher_flags({**alt_read, "SLURM_NETWORK": "single"}),
         site_env.check_launcher_flags(alt_read),
+        site_env.check_uenv(site_env.SiteExpectation(
+            "alps-gh200", {"uenv": {"image": "pytorch/v2.9.1", "view": "default"}}, {}), {}),
         origin.check_site_prefix(
             {"torch": "/home/ann/venv/lib/python3.11/site-packages/torch/__init__.py"},
             {"install": {"root": "/glade/work/$user/torchmpi/derecho/install"}}, {"USER": "ann"},

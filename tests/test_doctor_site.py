@@ -260,3 +260,80 @@ def test_a_spack_view_of_the_tree_is_the_tree(tmp_path):
     check = origin.check_site_prefix({"torch": str(view / "torch" / "__init__.py")}, site,
                                      {"USER": "bob"}, tree=tree)
     assert check.status == PASS, check
+
+
+# --- uenv: the mounted uenv is the site's ------------------------------------------------------
+# A stand-in for a mounted uenv, as the uenv tool (eth-cscs/uenv2@5af9df7) leaves it:
+# * UENV_MOUNT_LIST "<sqfs>:<mount>", comma-separated (src/slurm/plugin.cpp, set by
+#   `srun --uenv`; src/squashfs-mount/squashfs-mount.cpp, by `uenv start`/`run`); a
+#   pulled image is <repo>/images/<sha256>/store.squashfs (src/uenv/repository.cpp);
+# * UENV_VIEW "<mount>:<uenv name>:<view>", comma-separated (src/uenv/env.cpp,
+#   generate_environment);
+# * <mount>/meta/env.json with name, mount and views (src/uenv/meta.cpp load_meta; shape
+#   of test/setup/apptool/app42/meta/env.json).
+SHA = "6f1b7d0e3a4c5b2d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d"
+MOUNTED = {"UENV_MOUNT_LIST": f"/users/ann/.uenv-images/images/{SHA}/store.squashfs"
+                              ":/user-environment",
+           "UENV_VIEW": "/user-environment:pytorch:default"}
+
+
+def uenv_tree(tmp_path: Path, name: str = "pytorch", views=("default", "spack")) -> Path:
+    root = tmp_path / "user-environment"
+    (root / "meta").mkdir(parents=True)
+    view = {v: {"description": f"{v} view", "root": f"/user-environment/env/{v}",
+                "env": {"version": 1, "type": "spack-view",
+                        "values": {"list": {"PATH": [{"op": "prepend", "value": [
+                            f"/user-environment/env/{v}/bin"]}]}, "scalar": {}}}}
+            for v in views}
+    (root / "meta" / "env.json").write_text(json.dumps(
+        {"description": "PyTorch", "mount": "/user-environment", "name": name,
+         "views": view}))
+    return root
+
+
+def alps() -> site_env.SiteExpectation:
+    loaded = site_files.load("alps-gh200")
+    return site_env.SiteExpectation(loaded.name, loaded.data, runtime.environment(loaded.data))
+
+
+def test_the_sites_uenv_mounted_with_its_view_passes(tmp_path):
+    check = site_env.check_uenv(alps(), MOUNTED, uenv_tree(tmp_path))
+    assert check.status == PASS, check
+    assert "pytorch" in check.detail and "default" in check.detail
+
+
+@pytest.mark.parametrize("env, tree, words", [
+    ({}, {}, "no uenv is mounted"),
+    ({"UENV_MOUNT_LIST": f"/x/{SHA}/store.squashfs:/user-tools",
+      "UENV_VIEW": "/user-tools:pytorch:default"}, {}, "nothing is mounted at /user-environment"),
+    (MOUNTED, {"name": "prgenv-gnu"}, "prgenv-gnu is mounted"),
+    ({**MOUNTED, "UENV_VIEW": "/user-environment:pytorch:spack"}, {}, "view default"),
+    (MOUNTED, {"views": ("spack",)}, "has no view default"),
+])
+def test_another_uenv_or_view_or_none_fails(tmp_path, env, tree, words):
+    check = site_env.check_uenv(alps(), env, uenv_tree(tmp_path, **tree))
+    assert check.status == FAIL and words in check.detail, check
+    assert "uenv start pytorch/v2.9.1 --view=default" in check.fix
+
+
+def test_a_mount_without_meta_data_is_not_the_sites(tmp_path):
+    check = site_env.check_uenv(alps(), MOUNTED, tmp_path / "empty")
+    assert check.status == FAIL and "meta/env.json" in check.detail, check
+
+
+def test_sites_without_a_uenv_skip_the_check(tmp_path):
+    check = site_env.check_uenv(expectation({}), MOUNTED, uenv_tree(tmp_path))
+    assert check.status == SKIP
+    assert site_env.check_uenv(None, {}, tmp_path).status == SKIP
+
+
+def test_users_alps_job_example_mounts_the_sites_uenv():
+    """docs/users.md's Alps job script starts the uenv as CSCS documents it
+    (cscs-docs docs/software/ml/pytorch.md: #SBATCH --uenv=, #SBATCH --view=)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "users.md").read_text()
+    uenv = site_files.load("alps-gh200").data["uenv"]
+    script = text[text.index("#SBATCH -N 2 --ntasks-per-node 4 --gpus-per-node 4"):]
+    script = script[:script.index("```")]
+    assert f"#SBATCH --uenv={uenv['image']}\n" in script
+    assert f"#SBATCH --view={uenv['view']}\n" in script
+    assert script.index("--uenv=") < script.index("module load py-torch-mpi")

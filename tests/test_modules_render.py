@@ -235,3 +235,18 @@ def test_slingshot_fabric_defaults_cover_every_package_default(spack) -> None:
         if site.data["fabric"] == "slingshot":
             env = runtime.environment(site.data)
             assert set(package) | {"NCCL_NET"} <= set(env), name
+
+
+def test_alps_module_says_the_uenv_must_be_started_first(tmp_path: Path) -> None:
+    """Lmod cannot mount a squashfs image, and every Alps prefix lies in CSCS's uenv:
+    modules.yaml names the start command (cscs-docs docs/software/uenv/using.md)."""
+    site = sitemod.load("alps-gh200")
+    text = _rendered(site, tmp_path)["modules.yaml"]
+    uenv = site.data["uenv"]
+    assert f"uenv start {uenv['image']} --view={uenv['view']}" in text
+    assert f"#SBATCH --uenv={uenv['image']}" in text
+
+
+@pytest.mark.parametrize("name", [n for n in COMMITTED if n != "alps-gh200"])
+def test_modules_of_sites_without_a_uenv_do_not_mention_one(tmp_path: Path, name: str) -> None:
+    assert "uenv" not in _rendered(sitemod.load(name), tmp_path)["modules.yaml"]

@@ -391,3 +391,26 @@ def test_a_hand_edited_file_is_kept_without_force(tmp_path, capsys):
     assert settings.read_text() == edited
     assert main(["reframe", "derecho", "-o", str(tmp_path), "--force"]) == 0
     assert settings.read_text() != edited
+
+
+# CSCS's ReFrame mounts a uenv per job with the scheduler options `--uenv={uenv}` and
+# `--view={views}` (eth-cscs/cscs-reframe-tests config/cscs.py, values from
+# config/utilities/uenv.py); here the one environment needs the site's one uenv, so the
+# partition's `access` carries both.
+def test_alps_jobs_mount_the_sites_uenv(tmp_path):
+    site = sitemod.load("alps-gh200")
+    config = rfmconf.configuration(site, env_from="runtime-sh", outdir=tmp_path,
+                                   extra_prepare=[])
+    access = config["systems"][0]["partitions"][0]["access"]
+    uenv = site.data["uenv"]
+    assert f"--uenv={uenv['image']}" in access and f"--view={uenv['view']}" in access
+
+
+@pytest.mark.parametrize("name", [n for n in sitemod.available() if n != "alps-gh200"])
+def test_sites_without_a_uenv_mount_none(tmp_path, name):
+    site = sitemod.load(name)
+    config = rfmconf.configuration(site, env_from="runtime-sh", outdir=tmp_path,
+                                   extra_prepare=[])
+    access = config["systems"][0]["partitions"][0]["access"]
+    assert access == list((site.data.get("checks") or {}).get("access", []))
+    assert not any(a.startswith(("--uenv", "--view")) for a in access)

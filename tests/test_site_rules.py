@@ -539,3 +539,51 @@ def test_runtime_rules_hold_without_the_package_repositories(tmp_path: Path) -> 
         edited_site(tmp_path, "generic-ib", centre_openmpi())
     with pytest.raises(UserError, match="mpi.variants"):
         sitemod.load(str(tmp_path / "generic-ib.yaml"), build_rules=False)
+
+
+# --- uenv: Alps' externals exist only inside CSCS's uenv ------------------------------------
+#: The shipped Alps uenv (sites/alps-gh200.yaml, cited there).
+ALPS_UENV = {"image": "pytorch/v2.9.1", "view": "default"}
+
+
+def test_user_environment_prefixes_without_a_uenv_are_refused(tmp_path: Path) -> None:
+    """/user-environment is empty until a uenv is mounted (cscs-docs
+    docs/software/uenv/using.md), so prefixes there need the site's uenv."""
+    def edit(d: dict) -> None:
+        d.pop("uenv", None)
+    line, text = refused(tmp_path, "alps-gh200", edit, "compilers[0].prefix")
+    assert "/user-environment" in line and "no uenv" in line
+    assert "allowed: uenv: {image: NAME/VERSION[:TAG], view: VIEW}" in line
+    assert text.strip().startswith("prefix: /user-environment")
+
+
+def test_a_uenv_on_a_site_with_nothing_under_user_environment_is_refused(tmp_path: Path) -> None:
+    def edit(d: dict) -> None:
+        d["uenv"] = dict(ALPS_UENV)
+    line, text = refused(tmp_path, "derecho", edit, "uenv")
+    assert "nothing in the site file lies under /user-environment" in line
+    assert "allowed: no uenv key" in line
+    assert text.strip().startswith("uenv:")
+
+
+@pytest.mark.parametrize("image", ["pytorch", "/capstor/images/store.squashfs",
+                                   "pytorch/v2.9.1:", "-pytorch/v2.9.1"])
+def test_uenv_image_is_a_label_with_name_and_version(tmp_path: Path, image: str) -> None:
+    """uenv labels are name/version:tag@system%uarch (cscs-docs
+    docs/software/uenv/guides.md); the site pins name and version."""
+    def edit(d: dict) -> None:
+        d["uenv"]["image"] = image
+    _line, text = refused(tmp_path, "alps-gh200", edit, "uenv.image")
+    assert text.strip().startswith("image:")
+
+
+def test_uenv_keys_are_image_and_view(tmp_path: Path) -> None:
+    def edit(d: dict) -> None:
+        d["uenv"]["mount"] = "/user-tools"
+    line, _ = refused(tmp_path, "alps-gh200", edit, "uenv.mount")
+    assert "allowed keys: image, view" in line
+
+
+def test_shipped_alps_names_its_uenv() -> None:
+    from torchmpi import site as sitemod
+    assert sitemod.load("alps-gh200").data["uenv"] == ALPS_UENV

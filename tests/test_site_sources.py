@@ -18,8 +18,8 @@ import yaml
 from torchmpi import paths, runtime
 
 #: Top-level keys whose values come from the centre and must cite it.
-CITED_SECTIONS = {"target", "os", "compilers", "gpu", "mpi", "libfabric", "nccl", "runtime",
-                  "externals"}
+CITED_SECTIONS = {"target", "os", "uenv", "compilers", "gpu", "mpi", "libfabric", "nccl",
+                  "runtime", "externals"}
 #: Keys that are the tool's own choice or prose, not a centre's fact.
 UNCITED_KEYS = {"kind", "source"}
 #: Sites whose every value in CITED_SECTIONS cites a source (Derecho: see

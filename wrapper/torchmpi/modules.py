@@ -190,6 +190,17 @@ def parts(site: Site) -> tuple[list[Part], dict[str, Any]]:
             "`enable:` (Spack's `enable::`) replaces the lower scopes' list.",
         ),
     ]
+    uenv = data.get("uenv")
+    if uenv:
+        # Lmod cannot mount a squashfs image and Spack's modules.yaml has no help
+        # text per site, so the prerequisite is said here and checked by the doctor.
+        text.append(comment(
+            "Every prefix of this site lies in CSCS's uenv, mounted at",
+            "/user-environment only inside it (Lmod cannot mount it): first",
+            f"`uenv start {uenv['image']} --view={uenv['view']}`, or in a job",
+            f"`#SBATCH --uenv={uenv['image']}` and `#SBATCH --view={uenv['view']}`",
+            "(cscs-docs docs/software/uenv/using.md); `torchmpi doctor` checks it.",
+        ))
     externals = centre_externals(data)
     if externals:
         loads = centre_loads(data) or ["none here"]

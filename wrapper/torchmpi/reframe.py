@@ -16,6 +16,10 @@ from the site file, so the torchmpi checks (package data,
 * features the checks select on (``torchmpi``, the MPI, the fabric, ``nccl``,
   ``cuda-aware-mpi``), as alps-uenv's ``extra/reframe.yaml`` declares them for
   each uenv;
+* the site's ``uenv`` as ``--uenv=IMAGE --view=VIEW`` in ``access``: CSCS's own
+  configuration passes the same two options as scheduler resources per uenv
+  environment (eth-cscs/cscs-reframe-tests ``config/cscs.py``, values from
+  ``config/utilities/uenv.py``); here the one environment needs the one uenv;
 * the environment: ``module use``/``module load`` (or the site's runtime.sh) as
   ``prepare_cmds`` with ``modules_system: nomod``, so ReFrame never runs
   ``module show`` (which fails off the site);
@@ -94,6 +98,19 @@ def launcher_options(site: Site) -> list[str]:
             out.append(f"--network={rule['slurm_value']}")
         elif site.data["launcher"] == "pbs":
             out.append(rule["pbs_flag"])
+    return out
+
+
+def access(site: Site) -> list[str]:
+    """Scheduler options for every job: the site's ``checks.access``, then its uenv.
+
+    Every prefix of a uenv site lies under the uenv's mount, empty unless the job
+    mounts it (``srun``/``sbatch --uenv``, cscs-docs docs/software/uenv/using.md).
+    """
+    out = list((site.data.get("checks") or {}).get("access", []))
+    uenv = site.data.get("uenv")
+    if uenv:
+        out += [f"--uenv={uenv['image']}", f"--view={uenv['view']}"]
     return out
 
 
@@ -192,7 +209,7 @@ def configuration(site: Site, *, env_from: str, outdir: Path,
         "descr": data["description"],
         "scheduler": SCHEDULERS[kind],
         "launcher": launcher(site),
-        "access": list(checks.get("access", [])),
+        "access": access(site),
         "environs": [ENVIRONMENT],
         "features": features(site),
         "extras": {"torchmpi": {

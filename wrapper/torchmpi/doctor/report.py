@@ -114,6 +114,7 @@ def run_checks(inputs: Inputs) -> list[Check]:
         nccl.check_nccl_interfaces(inputs.nccl_log, nodes),
         site_env.check_site_env(inputs.site, env, nodes),
         site_env.check_launcher_flags(env),
+        site_env.check_uenv(inputs.site, env),
         origin.check_site_prefix(inputs.origins or {}, site_data, env,
                                  origin.recorded_tree()),
         *(inputs.container or []),

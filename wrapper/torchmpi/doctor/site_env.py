@@ -10,8 +10,10 @@ it is imported only for ``--site``, and its absence is reported, not raised.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from torchmpi.doctor.core import FAIL, PASS, SKIP, WARN, Check
@@ -150,3 +152,68 @@ def check_launcher_flags(env: Mapping[str, str]) -> Check:
                          f"({rule.source}); a PBS job does not show whether it was",
                          f"submit with {rule.pbs_flag}, or unset {rule.variable}")
     return Check(name, PASS, "launched with " + ", ".join(r.slurm_flag for r in active))
+
+
+# --- the site's uenv -----------------------------------------------------------------
+
+#: Where CSCS mounts a uenv (cscs-docs docs/software/uenv/using.md); siterules.UENV_MOUNT.
+UENV_MOUNT = "/user-environment"
+
+
+def _pairs(value: str, parts: int) -> list[list[str]]:
+    """Comma-separated entries of ``a:b[:c]``, as the uenv tool writes them."""
+    out = []
+    for entry in value.split(","):
+        fields = entry.rsplit(":", parts - 1) if entry else []
+        if len(fields) == parts:
+            out.append(fields)
+    return out
+
+
+def check_uenv(site: SiteExpectation | None, env: Mapping[str, str],
+               root: Path = Path(UENV_MOUNT)) -> Check:
+    """The uenv mounted at /user-environment is the site's, with its view loaded.
+
+    What the uenv tool leaves (eth-cscs/uenv2): ``UENV_MOUNT_LIST`` as
+    ``<squashfs>:<mount>,...`` (src/slurm/plugin.cpp, src/squashfs-mount/
+    squashfs-mount.cpp), ``UENV_VIEW`` as ``<mount>:<name>:<view>,...``
+    (src/uenv/env.cpp) and ``<mount>/meta/env.json`` with the uenv's name and
+    views (src/uenv/meta.cpp).  None of them names the version (a pulled image
+    is ``images/<sha256>/store.squashfs``), so the name and view are compared.
+    ``root`` is where the mount is read (a test's stand-in tree).
+    """
+    name = "uenv"
+    if site is None:
+        return Check(name, SKIP, "no site given (--site NAME or FILE)")
+    uenv = (site.data or {}).get("uenv")
+    if not uenv:
+        return Check(name, SKIP, f"site {site.name} runs without a uenv")
+    want = uenv["image"].split("/", 1)[0]
+    hint = (f"uenv start {uenv['image']} --view={uenv['view']}, or in the job "
+            f"#SBATCH --uenv={uenv['image']} and #SBATCH --view={uenv['view']}")
+    mounts = env.get("UENV_MOUNT_LIST")
+    if not mounts or not env.get("UENV_VIEW"):
+        return Check(name, FAIL, f"no uenv is mounted (UENV_MOUNT_LIST, UENV_VIEW unset), and "
+                     f"{site.name}'s software lies under {UENV_MOUNT}", hint)
+    if not any(mount == UENV_MOUNT for _, mount in _pairs(mounts, 2)):
+        return Check(name, FAIL, f"nothing is mounted at {UENV_MOUNT} "
+                     f"(UENV_MOUNT_LIST={mounts})", hint)
+    meta_file = root / "meta" / "env.json"
+    try:
+        meta = json.loads(meta_file.read_text())
+    except (OSError, ValueError) as err:
+        return Check(name, FAIL, f"the uenv at {UENV_MOUNT} has no readable meta/env.json "
+                     f"({err.__class__.__name__}), so it is not {uenv['image']}", hint)
+    have = meta.get("name", "unnamed")
+    if have != want:
+        return Check(name, FAIL, f"{have} is mounted at {UENV_MOUNT}; "
+                     f"{site.name} needs {uenv['image']}", hint)
+    if uenv["view"] not in (meta.get("views") or {}):
+        return Check(name, FAIL, f"the mounted {have} has no view {uenv['view']} "
+                     f"(views: {', '.join(meta.get('views') or {}) or 'none'})", hint)
+    loaded = [(n, v) for m, n, v in _pairs(env["UENV_VIEW"], 3) if m == UENV_MOUNT]
+    if (have, uenv["view"]) not in loaded:
+        return Check(name, FAIL, f"{have} is mounted but its view {uenv['view']} is not loaded "
+                     f"(UENV_VIEW={env['UENV_VIEW']})", hint)
+    return Check(name, PASS, f"{have} mounted at {UENV_MOUNT} with view {uenv['view']} "
+                 f"(the version, {uenv['image']}, is not in what uenv records here)")
