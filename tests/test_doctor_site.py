@@ -271,6 +271,8 @@ def test_a_spack_view_of_the_tree_is_the_tree(tmp_path):
 #   generate_environment);
 # * <mount>/meta/env.json with name, mount and views (src/uenv/meta.cpp load_meta; shape
 #   of test/setup/apptool/app42/meta/env.json).
+# The name is the recipe's: `name: pytorch`, `store: /user-environment` in
+# eth-cscs/alps-uenv recipes/pytorch/v2.9.1/gh200/config.yaml.
 SHA = "6f1b7d0e3a4c5b2d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d"
 MOUNTED = {"UENV_MOUNT_LIST": f"/users/ann/.uenv-images/images/{SHA}/store.squashfs"
                               ":/user-environment",
