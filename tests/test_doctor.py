@@ -109,7 +109,7 @@ def test_job_nodes(env, nodes):
 
 # --- the verdicts stack by stack (docs/troubleshooting.md's table) -------------------
 
-#: PyPI torch on a GPU node (issue 30's H200: torch 2.11.0+cu130, NCCL 2.28.9 from the
+#: PyPI torch on a GPU node (the H200 of docs/performance.md: torch 2.11.0+cu130, NCCL 2.28.9 from the
 #: nvidia-nccl wheel), no MPI backend.
 PIP_TORCH = gpu.TorchInfo(
     version="2.11.0+cu130", nccl=True, gloo=True, nccl_version="2.28.9", cuda_build="13.0",
@@ -202,7 +202,7 @@ def test_the_mpi_the_probe_child_maps_is_judged():
 
 
 def test_troubleshooting_table_is_what_the_doctor_says_stack_by_stack():
-    """Issue 30: one row per stack; a check the report does not print is '–'."""
+    """One row per stack; a check the report does not print is '–'."""
     names, rows = verdict_table()
     assert set(rows) == set(STACKS), set(rows) ^ set(STACKS)
     for stack, build in STACKS.items():
@@ -231,7 +231,7 @@ def test_doctor_cli_on_this_machine():
     assert proc.returncode == 1, proc.stderr
     checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
     assert checks["backend.mpi"]["status"] == "FAIL" and checks["backend.mpi"]["fix"]
-    # Debian's Open MPI is on PATH, but this torch loads no MPI (issue 30)
+    # Debian's Open MPI is on PATH, but this torch loads no MPI
     assert checks["mpi.implementation"]["status"] == "SKIP"
     assert "no MPI backend" in checks["mpi.implementation"]["detail"]
     assert checks["mpi.cuda_aware"]["status"] == "SKIP"
@@ -245,7 +245,7 @@ def test_doctor_cli_on_this_machine():
 
 
 def test_pip_stack_without_a_site_gets_one_verdict_and_one_fix(tmp_path):
-    """Issue 30: the pip torch (no MPI backend) with Debian's Open MPI on PATH and no
+    """The pip torch (no MPI backend) with Debian's Open MPI on PATH and no
     --site: backend.mpi is the one FAIL; mpi.*, probe.mpi and site.prefix SKIP.  The
     GPU check reads nvidia-smi, so it is hidden: the verdicts must not depend on
     whether this host has a CUDA driver."""

@@ -162,7 +162,7 @@ def test_installed_tool_reads_its_site_without_the_package_repositories(tmp_path
     assert checks["site.env"]["status"] in ("PASS", "FAIL"), checks.get("site.env")
 
 
-# --- site.prefix: the install tree this doctor was installed into (issue 28 point 6) ----
+# --- site.prefix: the install tree this doctor was installed into ------------------------
 
 def _spack_db_dirname() -> str:
     """Spack's own name for its database directory at an install tree's root."""

@@ -1,11 +1,11 @@
-"""Every site value cites where the centre states it (issue 18).
+"""Every site value cites where the centre states it.
 
 The shipped site files for centres (Perlmutter, Alps, Derecho) define their
 sources in the header (``[key]: <repository@commit path>`` or Derecho's
 ``[key] is its <path>``) and cite one on each value's line (``# [key]``).
 These checks read the committed files as text and YAML and need no solve;
 they fail when a value loses its citation, cites a key the header does not
-define, or when a file drifts back to the sources issue 18 replaced.
+define, or when a file drifts back to values without a source.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def test_ll128_is_not_a_slingshot_default() -> None:
 
 #: Per site: the header keys of the centre's published files its externals
 #: cite, the one prefix those sources give them, and the fewest externals the
-#: from-source counts of docs/performance.md were measured with (issue 18).
+#: from-source counts of docs/performance.md were measured with.
 CENTRE_EXTERNALS = {
     # NERSC/spack-infrastructure: SLES packages at /usr in
     # settings/perlmutter/packages.yaml and hwloc at /usr in
@@ -300,7 +300,7 @@ def test_vouched_pair_sources_use_the_release_notes_verb() -> None:
     assert quoted >= 4
 
 
-# --- install trees and scheduler access (issue 28 points 6 and 7) --------------------
+# --- install trees and scheduler access --------------------------------------------
 
 #: Centre sites, the install.root and checks.access lines each must cite, and what the
 #: centre's documents make them: a shared tree that is never purged, and the options
@@ -408,7 +408,7 @@ def test_plugin_name_claims_are_the_plugins_source() -> None:
 
 
 def test_gpu_support_beside_nccl_is_decided_per_site_in_design_doc() -> None:
-    """Issue 28 point 7: CSCS warns MPICH_GPU_SUPPORT_ENABLED=1 "can lead to deadlocks"
+    """CSCS warns MPICH_GPU_SUPPORT_ENABLED=1 "can lead to deadlocks"
     beside NCCL; docs/design.md decides it per Cray site from that centre's sources. Its
     table must be the site files' values, and each value must agree with mpi.cuda_aware
     (GPU support on is what a CUDA-aware MPI backend needs; off is CSCS's design)."""
