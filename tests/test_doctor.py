@@ -109,8 +109,8 @@ def test_job_nodes(env, nodes):
 
 # --- the verdicts stack by stack (docs/troubleshooting.md's table) -------------------
 
-#: PyPI torch on a GPU node (the H200 of docs/performance.md: torch 2.11.0+cu130, NCCL 2.28.9 from the
-#: nvidia-nccl wheel), no MPI backend.
+#: PyPI torch on a GPU node (the H200 of docs/performance.md: torch 2.11.0+cu130,
+#: NCCL 2.28.9 from the nvidia-nccl wheel), no MPI backend.
 PIP_TORCH = gpu.TorchInfo(
     version="2.11.0+cu130", nccl=True, gloo=True, nccl_version="2.28.9", cuda_build="13.0",
     gpu_count=1,
