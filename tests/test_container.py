@@ -544,3 +544,13 @@ def test_shifter_refuses_paths_it_cannot_add_to(tmp_path: Path, capsys) -> None:
     err = _refused(tmp_path, edited_site(tmp_path, "perlmutter", edit).path, capsys)
     assert "runtime.prepend_path" in err and "siteEnvPrepend" in err
     assert "Traceback" not in err
+
+
+def test_the_sites_extra_specs_are_container_roots_too() -> None:
+    """The image installs what the native environment does: the site's root, then its
+    extra_specs (Derecho's), each at the image's generic target."""
+    site = sitemod.load("derecho")
+    p = container.plan(site)
+    want = [site.root_spec, *site.data["extra_specs"]]
+    assert want[1:], "derecho lists extra_specs"
+    assert container.roots(site, p) == [f"{spec} target={p.target}" for spec in want]

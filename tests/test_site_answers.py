@@ -91,3 +91,14 @@ def test_a_cpu_site_has_neither() -> None:
     site = sitemod.load("generic-ib")
     cpu = sitemod.Site(site.name, site.path, {**site.data, "gpu": None}, site.raw)
     assert cpu.torch_cuda_aware is False and cpu.mpi_moves_device_buffers is False
+
+
+@pytest.mark.parametrize("name", [n for n in sitemod.available() if n != "local"])
+def test_the_root_spec_is_built_once(name: str) -> None:
+    """The native environment and the container environment install the same root."""
+    from torchmpi import container, spackenv
+
+    site = sitemod.load(name)
+    assert spackenv.roots(site)[0].startswith(site.root_spec)
+    p = container.plan(site)
+    assert container.roots(site, p)[0] == f"{site.root_spec} target={p.target}"

@@ -112,6 +112,19 @@ class Site:
         declared = "+cuda" in str(mpi.get("variants") or "").split()
         return mpi["kind"] == "openmpi-cuda" or declared or self.torch_cuda_aware
 
+    @property
+    def root_spec(self) -> str:
+        """The ``py-torch-mpi`` root every environment of the site installs (native and
+        container), before the target and torch release each adds."""
+        root = "py-torch-mpi"
+        if self.gpu:
+            root += f" +cuda cuda_arch={self.cuda_arch}"
+            # Explicit either way: the solver does not have to honour a variant default.
+            root += " +cuda_aware_mpi" if self.torch_cuda_aware else " ~cuda_aware_mpi"
+        else:
+            root += " ~cuda"
+        return root + f" fabric={self.data['fabric']}"
+
     def summary(self) -> str:
         """One line for ``torchmpi sites``."""
         d = self.data

@@ -25,14 +25,7 @@ def roots(site: Site) -> list[str]:
     is the newest the site allows.
     """
     d = site.data
-    root = "py-torch-mpi"
-    if site.gpu:
-        root += f" +cuda cuda_arch={site.cuda_arch}"
-        # Explicit either way: the solver does not have to honour a variant default.
-        root += " +cuda_aware_mpi" if site.torch_cuda_aware else " ~cuda_aware_mpi"
-    else:
-        root += " ~cuda"
-    root += f" fabric={d['fabric']}"
+    root = site.root_spec
     specs = [root, *d.get("extra_specs", [])]
     if not site.is_local:
         # Spack adds a target outside the host's family (neoverse_v2 from an x86

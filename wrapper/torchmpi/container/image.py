@@ -30,15 +30,9 @@ from torchmpi.yamltext import Block, comment, document
 
 
 def roots(site: Site, p: Plan) -> list[str]:
-    d = site.data
-    root = "py-torch-mpi"
-    if site.gpu:
-        root += f" +cuda cuda_arch={site.cuda_arch}"
-        root += " +cuda_aware_mpi" if site.torch_cuda_aware else " ~cuda_aware_mpi"
-    else:
-        root += " ~cuda"
-    root += f" fabric={d['fabric']}"
-    return [f"{spec} target={p.target}" for spec in (root, *d.get("extra_specs", []))]
+    """The container environment's roots: the site's, at the image's generic target."""
+    extra = site.data.get("extra_specs", [])
+    return [f"{spec} target={p.target}" for spec in (site.root_spec, *extra)]
 
 
 #: The container environment's solver settings.  Every node is required at one
