@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 ENV   := . ./setup-env.sh &&
 
-.PHONY: setup venv spack test check mutate lint demo bench clean install-site
+.PHONY: setup venv spack test check mutate lint demo bench clean install-site gpu-wheels
 
 setup: venv spack  ## venv + pinned Spack + torch 2.6.0 reference (idempotent)
 	@bash scripts/check-system.sh
@@ -51,3 +51,13 @@ install-site:  ## register spack_repo/torchmpi with the site's Spack (SCOPE=site
 
 clean:
 	rm -rf $(VENV) .spack-user .pytest_cache
+
+# The wheels scripts/gpu-check.sh installs on a GPU node that has no network
+# (docs/performance.md): the tool's pure-Python dependencies and pytest for the
+# node's Python (GPU_PYTHON, default 3.12 as on the lent H200), into wheels/.
+GPU_PYTHON ?= 3.12
+gpu-wheels: venv  ## wheels/ for a GPU node without network (scripts/gpu-check.sh)
+	$(PY) -m pip download --quiet --dest wheels --only-binary=:all: \
+	  --python-version $(GPU_PYTHON) --platform manylinux2014_x86_64 \
+	  --platform manylinux_2_17_x86_64 pyyaml==6.0.3 ruamel.yaml==0.19.1 \
+	  jsonschema==4.26.0 archspec==0.2.7 pytest==9.2.0 pytest-xdist==3.8.0

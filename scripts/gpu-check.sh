@@ -11,8 +11,8 @@
 # reason and the script still ends 0: its verdicts are in the report, not in the exit status.
 #
 # What the node needs: python3 with torch (pip or site), and what it lacks of the tool's
-# Python dependencies as wheels in wheels/ (or the repository root): pytest and its
-# dependencies for the GPU tests; pyyaml, ruamel.yaml, jsonschema, archspec for the site
+# Python dependencies as wheels in wheels/ (`make gpu-wheels` fills it) or the repository
+# root: pytest and its dependencies for the GPU tests; pyyaml, ruamel.yaml, jsonschema, archspec for the site
 # files of `doctor --site`.  No network is used.  PYTHON picks the interpreter (default
 # python3); NCCL_TESTS_SRC names an nccl-tests source tree to build and compare with.
 set -u
