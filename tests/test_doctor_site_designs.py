@@ -10,7 +10,9 @@ CUDA-aware, PyTorch's own error text read from the ProcessGroupMPI fixture.
 
 from __future__ import annotations
 
+import json
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -98,7 +100,20 @@ def design_job(name: str) -> doctor.Inputs:
                          nccl_version="2.27.7" if has_gpu else "",
                          cuda_build="12.2" if has_gpu else "", gpu_count=4 if has_gpu else 0,
                          loaded_libs=libs)
+    uenv_root = None
+    if data.get("uenv"):
+        # The job runs inside the site's uenv (`#SBATCH --uenv=... --view=...`): what the
+        # uenv tool leaves, as tests/test_doctor_site.py stands it in (eth-cscs/uenv2).
+        uenv = data["uenv"]
+        uenv_root = Path(tempfile.mkdtemp(prefix="uenv-")) / "user-environment"
+        (uenv_root / "meta").mkdir(parents=True)
+        (uenv_root / "meta" / "env.json").write_text(json.dumps(
+            {"name": uenv["image"].split("/")[0], "mount": "/user-environment",
+             "views": {uenv["view"]: {"root": f"/user-environment/env/{uenv['view']}"}}}))
+        env.update(UENV_MOUNT_LIST="/users/ann/.uenv-images/store.squashfs:/user-environment",
+                   UENV_VIEW=f"/user-environment:{uenv['image'].split('/')[0]}:{uenv['view']}")
     return doctor.Inputs(
+        uenv_root=uenv_root,
         torch=info, env=env, runner=ompi_info,
         interfaces=["lo", "hsn0", "hsn1"] if fabric == "slingshot" else ["lo", "ib0"],
         nccl_log=log,

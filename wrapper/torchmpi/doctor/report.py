@@ -36,6 +36,8 @@ class Inputs:
     container: list[Check] | None = None  # doctor.container's checks, gathered (None: none)
     #: the MPI libraries the MPI probe child mapped after MPI_Init (:func:`probe.mapped_mpi`)
     mpi_libs: list[str] | None = None
+    #: where the uenv's meta/env.json is read (None: /user-environment, where CSCS mounts it)
+    uenv_root: Path | None = None
 
 
 def torch_ldd(info: gpu.TorchInfo, runner: Runner) -> str:
@@ -114,7 +116,7 @@ def run_checks(inputs: Inputs) -> list[Check]:
         nccl.check_nccl_interfaces(inputs.nccl_log, nodes),
         site_env.check_site_env(inputs.site, env, nodes),
         site_env.check_launcher_flags(env),
-        site_env.check_uenv(inputs.site, env),
+        site_env.check_uenv(inputs.site, env, inputs.uenv_root or Path(site_env.UENV_MOUNT)),
         origin.check_site_prefix(inputs.origins or {}, site_data, env,
                                  origin.recorded_tree()),
         *(inputs.container or []),
