@@ -836,7 +836,9 @@ import spack.spec
 torch = spack.repo.PATH.get_pkg_class("py-torch")
 conflicts = []
 for when, entries in torch.conflicts.items():
-    if when.satisfies(spack.spec.Spec("+cuda_aware_mpi")):
+    # The CUDA side: the +rocm refusals (only cray-mpich+rocm) are tested with +rocm.
+    if (when.satisfies(spack.spec.Spec("+cuda_aware_mpi"))
+            and not when.satisfies(spack.spec.Spec("+rocm"))):
         conflicts += [str(spec) for spec, _msg in entries]
 providers = sorted({s.name for s in spack.repo.PATH.providers_for("mpi")})
 
