@@ -1264,7 +1264,11 @@ def rocm_slingshot_solve(spack, tmp_path_factory) -> dict:
 import json
 import spack.concretize
 import spack.config
-scope = spack.config.InternalConfigScope("rocm-site", {{"packages": {{
+# The container solves' settings (torchmpi.container.image): one generic target, no
+# provider the requirements rule out, one node per package; the DAG is the one asked.
+scope = spack.config.InternalConfigScope("rocm-site", {{"concretizer": {{
+    "static_analysis": True, "duplicates": {{"strategy": "none"}},
+    "targets": {{"granularity": "generic"}}}}, "packages": {{
     "mpi": {{"require": ["cray-mpich"]}},
     "cray-mpich": {{"buildable": False, "externals": [
         {{"spec": "cray-mpich@8.1.31 +rocm amdgpu_target=gfx90a", "prefix": {str(mpich)!r}}}]}},
