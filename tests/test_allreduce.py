@@ -285,19 +285,7 @@ def test_the_clock_is_read_only_after_the_device_finished(gloo_world_of_one, mon
     """
     dist = gloo_world_of_one
     events: list[str] = []
-    real_reduce, real_clock = dist.all_reduce, ar.time.perf_counter
-
-    def reduce(*args, **kwargs):
-        events.append("all_reduce")
-        return real_reduce(*args, **kwargs)
-
-    def clock():
-        events.append("clock")
-        return real_clock()
-
-    monkeypatch.setattr(dist, "all_reduce", reduce)
-    monkeypatch.setattr(ar.time, "perf_counter", clock)
-    monkeypatch.setattr(ar, "clock_wait", lambda device: lambda: events.append("finish"))
+    _recording(dist, monkeypatch, events)
     ar.run_sizes([8], device="cpu", warmup=1, iters=2, time_op="avg")
     start = events.index("clock")
     stop = events.index("clock", start + 1)
