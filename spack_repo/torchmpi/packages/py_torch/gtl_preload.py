@@ -28,8 +28,23 @@ libraries the build used for those (its ``libstdc++`` and ``libcudart``,
 ``RTLD_GLOBAL`` between the driver and GTL; a GTL that still does not load is
 an error that names the symbol and the library that provides it.
 
-This file is also a template: :func:`render` writes it with the GTL path and
-the recorded libraries.
+AMD GPUs (``py-torch +rocm``): the GTL is ``libmpi_gtl_hsa`` and the runtime
+it calls is ROCm's, not a driver library of its own: ROCr's HSA runtime
+``libhsa-runtime64.so.1`` (which drives the amdgpu kernel driver) and HIP's
+``libamdhip64``.  What the record shows of that GTL, per cray-mpich release:
+it leaves HSA symbols undefined without NEEDing the runtime (8.1.4,
+petsc/petsc config/examples/arch-olcf-spock.py), dlopens the unversioned
+``libhsa-runtime64.so`` and ``libamdhip64.so`` (olcf/olcf-user-docs
+systems/frontier_user_guide.rst, the SBCAST recipe), or NEEDs
+``libamdhip64.so.6`` (8.1.31, ORNL/matsim-agents
+deployments/frontier/setup/build-qe-gpu-frontier.sh).  So the build's vendor is
+recorded (``VENDOR``: ``hsa`` loads the HSA runtime where ``cuda`` loads the
+driver, by soname and else at the path the build used) and ``NEEDS`` holds the
+build's HSA and HIP runtimes; a node where no HSA runtime loads (no ROCm
+there) loads nothing, as a node without a CUDA driver does.
+
+This file is also a template: :func:`render` writes it with the GTL path, the
+vendor and the recorded libraries.
 """
 
 import ctypes
@@ -41,16 +56,26 @@ import subprocess
 #: The GTL library of the cray-mpich this package was built with (set at install).
 GTL = "@TORCHMPI_GTL@"
 #: Libraries GTL calls without NEEDing them, or NEEDs from no searched directory:
-#: the build's C++ and CUDA runtimes, loaded before GTL (set at install).
+#: the build's C++ and CUDA (or HSA and HIP) runtimes, loaded before GTL (set at install).
 NEEDS: tuple = ()
-#: The CUDA driver's soname (the NVIDIA driver installs it; the CUDA toolkit does not).
-DRIVER = "libcuda.so.1"
+#: The GPU runtime this GTL serves, from the build (set at install): ``cuda``
+#: (``libmpi_gtl_cuda``) or ``hsa`` (``libmpi_gtl_hsa``, ``py-torch +rocm``).
+VENDOR = "cuda"
+#: Per vendor, the soname whose load says this node can run GTL: the CUDA driver
+#: (the NVIDIA driver installs it, the CUDA toolkit does not), or ROCr's HSA
+#: runtime (ROCm installs it; a node or container without ROCm has none).
+DRIVERS = {"cuda": "libcuda.so.1", "hsa": "libhsa-runtime64.so.1"}
+#: What the error message calls that library.
+DRIVER_NAMES = {"cuda": "the CUDA driver", "hsa": "the ROCm (HSA) runtime"}
+DRIVER = DRIVERS["cuda"]
 
 #: Who provides an undefined symbol, by its prefix (first match wins).
 PROVIDERS = (
     (("_Z", "__gxx_", "__cxa_"), "libstdc++.so.6 (the C++ runtime)"),
     (("cuda", "__cuda"), "libcudart (the CUDA runtime)"),
     (("cu",), "libcuda.so.1 (the CUDA driver)"),
+    (("hip", "__hip"), "libamdhip64 (the HIP runtime)"),
+    (("hsa_",), "libhsa-runtime64.so.1 (ROCm's HSA runtime)"),
 )
 
 
@@ -65,11 +90,12 @@ def provider(symbol: str) -> str:
     return "a library GTL does not NEED"
 
 
-def explain(gtl: str, err: OSError, needs: tuple, failed: list) -> str:
+def explain(gtl: str, err: OSError, needs: tuple, failed: list, vendor: str = "cuda") -> str:
     """Why GTL did not load, in terms a user can act on: the symbol and who provides
     it, the library not found, or the file gone (the cray-mpich of the build removed)."""
     text = str(err)
-    head = f"torchmpi: the CUDA driver is here but Cray's GTL ({gtl}) does not load: {text}"
+    here = DRIVER_NAMES.get(vendor, DRIVER_NAMES["cuda"])
+    head = f"torchmpi: {here} is here but Cray's GTL ({gtl}) does not load: {text}"
     if not os.path.exists(gtl):
         return (f"{head}; the file is gone: is the cray-mpich this package was built with "
                 "still installed? MPI with MPICH_GPU_SUPPORT_ENABLED=1 needs it")
@@ -99,18 +125,35 @@ def _load_once(lib: str, mode: int):
         return ctypes.CDLL(lib, mode=mode)
 
 
-def preload(gtl: str = GTL, driver: str = DRIVER, needs: tuple = NEEDS):
-    """Load the driver, then ``needs``, then GTL, all global; None (nothing loaded)
-    without a driver.
+def drivers(vendor: str, needs: tuple) -> tuple:
+    """Where the driver (or runtime) of ``vendor`` is looked for: its soname on this
+    node's search path, then a recorded library of that soname (the ROCm the build
+    used, found even where no ROCm module is loaded; a CUDA driver is never recorded)."""
+    soname = DRIVERS.get(vendor, DRIVER)
+    return (soname, *(lib for lib in needs if os.path.basename(lib) == soname))
+
+
+def _load_any(candidates: tuple, mode: int) -> bool:
+    for lib in candidates:
+        try:
+            ctypes.CDLL(lib, mode=mode)
+        except OSError:
+            continue
+        return True
+    return False
+
+
+def preload(gtl: str = GTL, driver: "str | None" = None, needs: tuple = NEEDS,
+            vendor: str = VENDOR):
+    """Load the driver (``vendor``'s, unless ``driver`` names one), then ``needs``, then
+    GTL, all global; None (nothing loaded) without a driver.
 
     A driver present but GTL not loadable is an error: on that node
     ``MPI_Init`` would abort ("GTL library is not linked") far from the cause.
     A recorded library that does not load is reported only if GTL then fails.
     """
     mode = os.RTLD_NOW | os.RTLD_GLOBAL
-    try:
-        ctypes.CDLL(driver, mode=mode)
-    except OSError:
+    if not _load_any((driver,) if driver else drivers(vendor, needs), mode):
         return None
     failed = []
     for lib in needs:
@@ -121,12 +164,24 @@ def preload(gtl: str = GTL, driver: str = DRIVER, needs: tuple = NEEDS):
     try:
         return ctypes.CDLL(gtl, mode=mode)
     except OSError as err:
-        raise ImportError(explain(gtl, err, needs, failed)) from err
+        raise ImportError(explain(gtl, err, needs, failed, vendor)) from err
 
 
-def build_needs(cxx: "str | None", cuda_prefix: "str | None") -> list:
+def _soname_file(prefix: str, stem: str) -> "str | None":
+    """``<prefix>/lib*/<stem>.so.<major>``: the soname file, not a link or a full version."""
+    found = []
+    for sub in ("lib64", "lib", os.path.join("targets", "*", "lib")):
+        found += sorted(glob.glob(os.path.join(prefix, sub, f"{stem}.so.[0-9]*")))
+    sonames = [f for f in found if re.search(rf"{re.escape(stem)}\.so\.\d+$", f)]
+    return (sonames or found or [None])[0]
+
+
+def build_needs(cxx: "str | None", cuda_prefix: "str | None",
+                rocm_prefixes: tuple = ()) -> list:
     """What :data:`NEEDS` records at install: the C++ runtime of compiler ``cxx``
-    (``-print-file-name``) and ``libcudart.so.<major>`` of the CUDA at ``cuda_prefix``.
+    (``-print-file-name``), ``libcudart.so.<major>`` of the CUDA at ``cuda_prefix``,
+    and for ROCm the HSA runtime then HIP's ``libamdhip64.so.<major>`` found under
+    ``rocm_prefixes`` (the build's hsa-rocr-dev and hip prefixes).
     Runs at build time only (the installed copy never calls it)."""
     out = []
     if cxx:
@@ -135,24 +190,37 @@ def build_needs(cxx: "str | None", cuda_prefix: "str | None") -> list:
         # The soname's path (a link), not the file it names: the preload matches
         # an already loaded runtime by this name.
         out.append(os.path.normpath(path) if os.path.isabs(path) else "libstdc++.so.6")
-    if cuda_prefix:
-        found = []
-        for sub in ("lib64", "lib", os.path.join("targets", "*", "lib")):
-            found += sorted(glob.glob(os.path.join(cuda_prefix, sub, "libcudart.so.[0-9]*")))
-        # The soname file (libcudart.so.12), not a full version (libcudart.so.12.4.127).
-        sonames = [f for f in found if re.search(r"libcudart\.so\.\d+$", f)]
-        if sonames or found:
-            out.append((sonames or found)[0])
+    # The soname file (libcudart.so.12), not a full version (libcudart.so.12.4.127).
+    wanted = [("libcudart", (cuda_prefix,))] if cuda_prefix else []
+    wanted += [(stem, rocm_prefixes) for stem in ("libhsa-runtime64", "libamdhip64")]
+    for stem, prefixes in wanted:
+        found = [f for f in (_soname_file(p, stem) for p in prefixes) if f]
+        if found:
+            out.append(found[0])
     return out
 
 
-def render(gtl: str, needs: tuple = ()) -> str:
-    """This module's text with ``GTL`` set to ``gtl``, ``NEEDS`` to ``needs`` and a call
-    to :func:`preload` at the end."""
+def vendor_of(gtl: str) -> str:
+    """The vendor a GTL library serves, from its name (``libmpi_gtl_cuda``,
+    ``libmpi_gtl_hsa``: builtin cray-mpich's ``gtl_lib`` picks it by the build's
+    ``+cuda`` or ``+rocm``), so that what is recorded is what the build linked for."""
+    name = os.path.basename(gtl)
+    for vendor in DRIVERS:
+        if name.startswith(f"libmpi_gtl_{vendor}."):
+            return vendor
+    raise ValueError(f"{gtl}: not a Cray GTL library (libmpi_gtl_cuda or libmpi_gtl_hsa)")
+
+
+def render(gtl: str, needs: tuple = (), vendor: str = "cuda") -> str:
+    """This module's text with ``GTL`` set to ``gtl``, ``NEEDS`` to ``needs``, ``VENDOR``
+    to ``vendor`` and a call to :func:`preload` at the end."""
+    if vendor not in DRIVERS:
+        raise ValueError(f"GTL vendor {vendor!r}: not one of {sorted(DRIVERS)}")
     with open(__file__, encoding="utf-8") as stream:
         text = stream.read()
     text = text.replace('"@TORCHMPI' + '_GTL@"', repr(gtl), 1)
     text = text.replace("\nNEEDS: tuple = ()\n", f"\nNEEDS: tuple = {tuple(needs)!r}\n", 1)
+    text = text.replace('\nVENDOR = "cuda"\n', f"\nVENDOR = {vendor!r}\n", 1)
     return text + "\n\n_GTL_HANDLE = preload()\n"
 
 
@@ -160,14 +228,15 @@ def import_line(package: str) -> str:
     return f"from {package} import _torchmpi_gtl  # noqa: F401  (torchmpi: Cray GTL first)\n"
 
 
-def add_to_package(package_dir: str, package: str, gtl: str, needs: tuple = ()) -> None:
-    """Write ``_torchmpi_gtl.py`` (GTL ``gtl``, recorded ``needs``) into ``package_dir``
-    and import it first from its ``__init__.py`` (after the docstring and
+def add_to_package(package_dir: str, package: str, gtl: str, needs: tuple = (),
+                   vendor: str = "cuda") -> None:
+    """Write ``_torchmpi_gtl.py`` (GTL ``gtl``, recorded ``needs``, ``vendor``) into
+    ``package_dir`` and import it first from its ``__init__.py`` (after the docstring and
     ``from __future__`` lines, where Python allows the first statement)."""
     import ast
 
     with open(os.path.join(package_dir, "_torchmpi_gtl.py"), "w", encoding="utf-8") as out:
-        out.write(render(gtl, needs))
+        out.write(render(gtl, needs, vendor))
     init = os.path.join(package_dir, "__init__.py")
     with open(init, encoding="utf-8") as stream:
         text = stream.read()

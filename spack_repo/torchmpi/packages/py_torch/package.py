@@ -29,7 +29,7 @@ PROCESS_GROUP_MPI = os.path.join("torch", "csrc", "distributed", "c10d", "Proces
 #: hash (a rebuild), and ``patch()`` refuses a patcher that does not match.
 #: sha256 of ``gtl_preload.py``, the module installed as ``torch/_torchmpi_gtl.py``
 #: (and ``mpi4py/_torchmpi_gtl.py``), for the same reason.
-GTL_PRELOAD_SHA256 = "7dd6cc1af44c3b0c54d88cb5bc16385554755f57aae5e4213c93ac04de4129c1"
+GTL_PRELOAD_SHA256 = "c5577e6913a2f196f110284506bf56ab55b7b76b81abe1935947b930f6006517"
 
 CUDA_AWARE_MPI_SHA256 = "a2656378ec9947047516e289ff7a3b931d347fbf86f6a1d9c019c8625a430a21"
 
@@ -123,16 +123,25 @@ def install_gtl_preload(pkg, package: str, gtl: str) -> None:
     if len(inits) != 1:
         raise InstallError(f"{pkg.name}: expected one {package}/__init__.py in {pkg.prefix}: "
                            f"{inits}")
-    # What GTL calls without NEEDing it (C++ and CUDA runtimes, per cray-mpich
-    # release: gtl_preload's docstring), recorded from this build.
+    # What GTL calls without NEEDing it (C++ and CUDA, or HSA and HIP, runtimes, per
+    # cray-mpich release: gtl_preload's docstring), recorded from this build, with
+    # the vendor of the GTL the build's cray-mpich gave (libmpi_gtl_cuda or _hsa).
+    try:
+        vendor = gtl_preload.vendor_of(gtl)
+    except ValueError as error:
+        raise InstallError(f"{pkg.name}: {error}") from None
     cuda = next((dep for dep in pkg.spec.traverse() if dep.name == "cuda"), None)
+    rocm = tuple(str(dep.prefix) for dep in pkg.spec.traverse()
+                 if dep.name in ("hsa-rocr-dev", "hip"))
     try:
         cxx = pkg.compiler.cxx
     except (AttributeError, KeyError, ValueError):  # no C++ compiler in the DAG
         cxx = None
-    needs = gtl_preload.build_needs(cxx, str(cuda.prefix) if cuda else None)
-    gtl_preload.add_to_package(os.path.dirname(inits[0]), package, gtl, tuple(needs))
-    tty.msg(f"torchmpi: {package} loads {gtl} at import where a CUDA driver is present "
+    needs = gtl_preload.build_needs(cxx, str(cuda.prefix) if cuda and vendor == "cuda"
+                                    else None, rocm if vendor == "hsa" else ())
+    gtl_preload.add_to_package(os.path.dirname(inits[0]), package, gtl, tuple(needs), vendor)
+    where = gtl_preload.DRIVER_NAMES[vendor]
+    tty.msg(f"torchmpi: {package} loads {gtl} at import where {where} loads "
             f"(after {', '.join(needs) or 'nothing else'})")
 
 
@@ -225,7 +234,9 @@ class PyTorch(BuiltinPyTorch):
     def gtl_library(self) -> str:
         """Cray's GTL library to load at import, empty when not needed
         (see :func:`cray_gtl_library`)."""
-        if not self.spec.satisfies("+cuda_aware_mpi ^[virtuals=mpi] cray-mpich+cuda"):
+        # +rocm: cray-mpich +rocm's GTL for HSA (libmpi_gtl_hsa), the same preload.
+        if not (self.spec.satisfies("+cuda_aware_mpi ^[virtuals=mpi] cray-mpich+cuda")
+                or self.spec.satisfies("+cuda_aware_mpi +rocm ^[virtuals=mpi] cray-mpich+rocm")):
             return ""
         return cray_gtl_library(self.spec["mpi"], "py-torch +cuda_aware_mpi")
 
