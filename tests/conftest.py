@@ -11,85 +11,13 @@ Without Spack the ``spack``-marked tests are skipped -- except in CI, where
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
+from support.spack import Spack, stand_in_spack
 from torchmpi import paths
-
-ROOT = paths.root()
-
-
-class Spack:
-    """The pinned Spack CLI, isolated from ``~/.spack``."""
-
-    def __init__(self, root: Path, builtin: Path, config_dir: Path, cache_dir: Path):
-        self.root = root
-        self.builtin = builtin
-        self.config_dir = config_dir
-        self.cache_dir = cache_dir
-        self.exe = root / "bin" / "spack"
-
-    @property
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SPACK_")}
-        env.update(
-            SPACK_ROOT=str(self.root),
-            SPACK_PYTHON=sys.executable,
-            SPACK_USER_CONFIG_PATH=str(self.config_dir),
-            SPACK_USER_CACHE_PATH=str(self.cache_dir),
-            TORCHMPI_ROOT=str(ROOT),
-            TORCHMPI_BUILTIN_REPO=str(self.builtin),
-        )
-        env.pop("SPACK_ENV", None)
-        # The venv's bin (ruff, torchmpi) first, as after `. ./setup-env.sh`.
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-        return env
-
-    def run(
-        self, *args: str, check: bool = True, cwd: Path | None = None, timeout: int = 1200
-    ) -> subprocess.CompletedProcess:
-        """Run ``spack ARGS``; on an unexpected exit status fail with Spack's output."""
-        proc = subprocess.run(
-            [str(self.exe), *args],
-            check=False,
-            env=self.env,
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if check and proc.returncode != 0:
-            pytest.fail(
-                f"spack {' '.join(args)} exited {proc.returncode}\n"
-                f"--- stdout ---\n{proc.stdout[-6000:]}\n--- stderr ---\n{proc.stderr[-6000:]}"
-            )
-        return proc
-
-    def spec_json(self, *args: str) -> dict:
-        """Concretize ``spack spec --json ARGS`` and return the parsed spec."""
-        return json.loads(self.run("spec", "--json", *args).stdout)
-
-    def python(
-        self, code: str, *args: str, check: bool = True, env_dir: Path | None = None
-    ) -> subprocess.CompletedProcess:
-        """Run a Python script inside ``spack python`` (Spack's API, real repos),
-        in the environment ``env_dir`` when given (its config scopes apply).
-
-        Written to a file: ``spack python -c`` compiles a single statement only.
-        """
-        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as script:
-            script.write(code)
-        try:
-            prefix = ("-e", str(env_dir)) if env_dir else ()
-            return self.run(*prefix, "python", script.name, *args, check=check)
-        finally:
-            os.unlink(script.name)
 
 
 @pytest.fixture(scope="session")
@@ -205,14 +133,11 @@ def have_mpirun() -> str:
     return exe
 
 
-def edited_site(tmp_path: Path, name: str, edit=None):
-    """A copy of a shipped site file, edited as data, loaded from ``tmp_path``."""
-    import yaml
-    from torchmpi import site as sitemod
-
-    data = yaml.safe_load((paths.sites_dir() / f"{name}.yaml").read_text())
-    if edit:
-        edit(data)
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return sitemod.load(str(path))
+@pytest.fixture
+def fake_spack(tmp_path: Path, monkeypatch) -> Path:
+    """``torchmpi concretize`` without a real solve: :func:`support.spack.stand_in_spack`
+    on ``TORCHMPI_SPACK_ROOT``; the test's folder (``argv``, ``lock.json``) is returned."""
+    monkeypatch.setenv("TORCHMPI_SPACK_ROOT", str(stand_in_spack(tmp_path)))
+    monkeypatch.setenv("SPACK_USER_CACHE_PATH", str(tmp_path / "cache"))
+    monkeypatch.delenv("FAIL", raising=False)
+    return tmp_path

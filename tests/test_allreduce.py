@@ -6,9 +6,10 @@ import csv
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from mpi_launch import TORCHMPI, WRONG_ALLREDUCE, job_env, mpirun, torchrun
+from support.mpi_launch import TORCHMPI, WRONG_ALLREDUCE, job_env, mpirun, torchrun
 from torchmpi import allreduce as ar
 from torchmpi.allreduce import (
     CUDA_REJECTED_HINT,
@@ -600,3 +601,45 @@ def test_blocking_on_a_gpu_checks_and_reports():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     floor, rows = _floor_and_rows(proc.stdout)
     assert floor > 0 and [r[-1] for r in rows] == ["OK", "OK"]
+
+
+# --- statistics: nccl-tests' definitions on known per-rank times ----------------
+
+REDUCE = """
+import json, sys
+import torch.distributed as dist
+from torchmpi import allreduce
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+times = [float(t) for t in sys.argv[2].split(",")]
+out = {how: allreduce._reduce_time(times[rank], how, world, "cpu")
+       for how in ("avg", "max", "min", "rank0")}
+if rank == 0:
+    with open(sys.argv[1], "w") as fh:
+        json.dump(out, fh)
+dist.destroy_process_group()
+"""
+
+
+def test_time_reduction_over_real_ranks(tmp_path: Path) -> None:
+    """Three gloo ranks with times 2, 6, 1 (rank 0 not the extreme): avg divides by
+    the ranks, max and min pick ranks 1 and 2, rank0 is rank 0's."""
+    script = tmp_path / "reduce.py"
+    script.write_text(REDUCE)
+    out = tmp_path / "out.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
+         str(script), str(out), "2,6,1"],
+        capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert got == {"avg": 3.0, "max": 6.0, "min": 1.0, "rank0": 2.0}
+
+
+def test_avg_bus_bandwidth_averages_busbw_not_algbw() -> None:
+    """nccl-tests' "Avg bus bandwidth" is the mean of the busbw column."""
+    rows = [ar.Result(1 << 20, 1 << 18, "float32", 10.0, 4.0, ar.bus_bandwidth(4.0, 4), 0),
+            ar.Result(1 << 21, 1 << 19, "float32", 10.0, 8.0, ar.bus_bandwidth(8.0, 4), 0)]
+    assert ar.bus_bandwidth(4.0, 4) == 6.0  # 2 (n-1)/n = 1.5
+    assert ar.average_busbw(rows) == 9.0
+    assert "# Avg bus bandwidth    : 9.000" in ar.format_footer(rows)

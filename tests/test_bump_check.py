@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import edited_site
+from support.sites import edited_site
 from torchmpi import bump
 from torchmpi.cli import main
 

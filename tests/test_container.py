@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import tomllib
 import yaml
-from conftest import edited_site
+from support.sites import edited_site
 from torchmpi import container, pairs, runtime
 from torchmpi import site as sitemod
 from torchmpi.cli import main

@@ -22,11 +22,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import cray_ex
 import pytest
 import yaml
-from conftest import edited_site
-from podman_kit import IMAGE_LIB, build_image, parse_probe, podman_env, stub
+from support import cray_ex
+from support.podman_kit import IMAGE_LIB, build_image, parse_probe, podman_env, stub
+from support.sites import edited_site
 from torchmpi import container
 from torchmpi.doctor import container as doctor_container
 

@@ -6,7 +6,7 @@ import json
 import sys
 
 import pytest
-from mpi_launch import mpirun, torchrun
+from support.mpi_launch import mpirun, torchrun
 from torchmpi.dist import (
     DEFAULT_PORT,
     Launch,
@@ -250,7 +250,7 @@ def test_a_single_rank_does_not_need_the_default_port():
     import socket
     import subprocess
 
-    from mpi_launch import job_env
+    from support.mpi_launch import job_env
 
     holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:

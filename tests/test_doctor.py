@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from doctor_inputs import mapped_at
-from host_tools import path_without
-from mpi_launch import TORCHMPI, job_env
+from support.doctor_inputs import mapped_at
+from support.host_tools import path_without
+from support.mpi_launch import TORCHMPI, job_env
 from torchmpi import doctor
 from torchmpi.doctor import container, gpu, mpi, nccl, origin, probe, site_env
 from torchmpi.doctor.core import CommandResult, job_nodes

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from podman_kit import stub
+from support.podman_kit import stub
 from torchmpi.doctor import container as dc
 
 IMAGE_FABRIC = "/opt/software/linux-x86_64_v3/libfabric-1.22.0-abcd/lib/libfabric.so.1"

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from doctor_inputs import mapped_at
+from support.doctor_inputs import mapped_at
 from torchmpi.doctor import nccl
 from torchmpi.doctor.core import FAIL, PASS, SKIP, WARN
 

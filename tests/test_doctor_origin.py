@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from host_tools import local_data
-from mpi_launch import TORCHMPI, job_env
+from support.host_tools import local_data
+from support.mpi_launch import TORCHMPI, job_env
 from torchmpi.doctor.core import FAIL, PASS, SKIP
 from torchmpi.doctor.origin import check_site_prefix, install_root
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from host_tools import local_data
-from mpi_launch import job_env
+from support.host_tools import local_data
+from support.mpi_launch import job_env
 from torchmpi import runtime
 from torchmpi import site as site_files
 from torchmpi.doctor import origin, site_env

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from host_tools import load_site
+from support.host_tools import load_site
 from torchmpi import doctor, runtime
 from torchmpi.doctor import gpu, nccl, site_env
 from torchmpi.doctor.core import FAIL, PASS, CommandResult

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from mpi_launch import job_env
+from support.mpi_launch import job_env
 from torchmpi.dist import _free_port
 
 ROOT = Path(__file__).resolve().parent.parent

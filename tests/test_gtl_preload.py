@@ -21,9 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import cray_ex
 import pytest
-from conftest import ROOT
+from support import ROOT, cray_ex
 
 PRELOAD_FILE = ROOT / "spack_repo/torchmpi/packages/py_torch/gtl_preload.py"
 FORMS = ("8.1.21", "8.1.27", "8.1.30")

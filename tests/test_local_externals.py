@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from host_tools import load_site
+from support.host_tools import load_site
 from torchmpi import detect, paths
 from torchmpi import render as renderer
 

@@ -495,7 +495,7 @@ def test_buildcache_round_trip_into_a_fresh_store(spack, deployed, tmp_path) -> 
     """Build once, install many (docs/admins.md §5): push the whole environment
     to a directory build cache, install it ``--cache-only`` into a fresh store
     with a fresh user scope, generate its modules and load py-torch-mpi there."""
-    from conftest import Spack
+    from support.spack import Spack
 
     dep = deployed["derecho"]
     mirror = tmp_path / "mirror"
@@ -593,7 +593,7 @@ def two_releases(spack, deployed, tmp_path_factory) -> TwoReleases:
     """The rendered two-release environment of Derecho, its lock (see
     _SECOND_RELEASE), ``spack install --fake`` of the second release into
     derecho's store and ``spack module lmod refresh`` of the whole environment."""
-    from conftest import edited_site
+    from support.sites import edited_site
 
     base = deployed["derecho"]
     tree = base.env_dir.parent.parent

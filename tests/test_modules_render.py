@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import edited_site as _site
+from support.sites import edited_site as _site
 from torchmpi import render as renderer
 from torchmpi import runtime
 from torchmpi import site as sitemod

@@ -68,8 +68,9 @@ def test_the_spack_fixture_in_a_scratch_copy_registers_the_copys_repo(scratch: P
     environment that must be the copy's package repository."""
     [root] = _probe(scratch, (
         "import sys; sys.path.insert(0, 'tests')\n"
-        "import conftest\n"
-        "s = conftest.Spack(conftest.ROOT, conftest.ROOT, conftest.ROOT, conftest.ROOT)\n"
+        "from support import ROOT\n"
+        "from support.spack import Spack\n"
+        "s = Spack(ROOT, ROOT, ROOT, ROOT)\n"
         "print(s.env['TORCHMPI_ROOT'])\n"
     ))
     assert Path(root) == scratch

@@ -37,7 +37,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from support import ROOT
 from torchmpi import runtime
 
 pytestmark = pytest.mark.spack

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import edited_site
+from support.sites import edited_site
 from torchmpi import pairs, spackenv
 from torchmpi import site as sitemod
 from torchmpi.errors import UserError

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import edited_site
-from mpi_launch import job_env, wrong_allreduce_torchmpi
+from support.disk import limit_file_size
+from support.mpi_launch import job_env, wrong_allreduce_torchmpi
+from support.sites import edited_site, write_site
 from torchmpi import paths, runtime
 from torchmpi import reframe as rfmconf
 from torchmpi import site as sitemod
@@ -32,7 +32,7 @@ GLOO = ["-n", "torchmpi_allreduce%variant=gloo_cpu"]
 
 
 def reframe_env(tmp: Path) -> dict[str, str]:
-    """The job environment of tests/mpi_launch.py (root, oversubscribed Open MPI) and a private
+    """The job environment of support.mpi_launch (root, oversubscribed Open MPI) and a private
     TMPDIR and HOME, so ReFrame's log file and report database stay in the test's directory."""
     env = job_env(OMPI_MCA_rmaps_base_oversubscribe="1", TMPDIR=str(tmp), HOME=str(tmp))
     env.pop("RFM_CONFIG_FILES", None)
@@ -181,13 +181,8 @@ def test_config_that_does_not_load_back_is_refused():
 
 
 def _local_site(tmp_path: Path, checks: dict | None = None) -> Path:
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    data = yaml.safe_load((paths.sites_dir() / "local.yaml").read_text())
-    if checks:
-        data["checks"] = checks
-    path = tmp_path / "local.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    """sites/local.yaml with ``checks`` replaced when given."""
+    return write_site(tmp_path, "local", (lambda d: d.update(checks=checks)) if checks else None)
 
 
 def _perf(stdout: str, name: str) -> float:
@@ -414,3 +409,31 @@ def test_sites_without_a_uenv_mount_none(tmp_path, name):
     access = config["systems"][0]["partitions"][0]["access"]
     assert access == list((site.data.get("checks") or {}).get("access", []))
     assert not any(a.startswith(("--uenv", "--view")) for a in access)
+
+
+# --- an interrupted write leaves the old files whole ------------------------------
+
+
+def test_reframe_interrupted_by_a_full_disk_leaves_old_files_whole(tmp_path: Path) -> None:
+    """The same for ``torchmpi reframe``: its files are replaced all or none, and a
+    failed write leaves no temporary file beside them (it had its own writer)."""
+    out = tmp_path / "rfm"
+    cli = [sys.executable, "-m", "torchmpi", "reframe"]
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    old_site = edited_site(tmp_path, "derecho")
+    subprocess.run([*cli, str(old_site.path), "-o", str(out)], check=True, env=env,
+                   capture_output=True, text=True, timeout=300)
+    old = {p.name: p.read_bytes() for p in out.iterdir()}
+    new_dir = tmp_path / "new"
+    new_dir.mkdir()
+    new_site = edited_site(new_dir, "derecho",
+                           lambda d: d.update(description=d["description"] + " (changed)"))
+    files = rfmconf.build(new_site, out).files
+    assert all(files[name].encode() != old[name] for name in files), "every file must change"
+    sizes = sorted(len(text.encode()) for text in files.values())
+    proc = subprocess.run([*cli, str(new_site.path), "-o", str(out), "--force"],
+                          preexec_fn=limit_file_size(sizes[-2] + 1), capture_output=True,
+                          text=True, timeout=300, env=env, check=False)
+    assert proc.returncode != 0, proc.stdout
+    assert "Traceback" not in proc.stderr and "cannot write" in proc.stderr, proc.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == old

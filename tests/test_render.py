@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_runtime import sourced
+from support.disk import limit_file_size
+from support.shell import sourced
+from support.sites import edited_site, write_site
 from torchmpi import paths, runtime, spackenv, yamltext
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
@@ -29,14 +31,6 @@ LINE_ENDS = ["\n", "\r", "\r\n", "\x85", "\u2028", "\u2029", "\x0b", "\x0c"]
 def committed() -> list[str]:
     """Every site file under sites/ except the host-detected ones: their environment is in git."""
     return [n for n in sitemod.available() if not sitemod.load(n).is_local]
-
-
-def _copy(tmp_path: Path, name: str, edit) -> Path:
-    data = yaml.safe_load((paths.sites_dir() / f"{name}.yaml").read_text())
-    edit(data)
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
-    return path
 
 
 def _tree_hash(root: Path) -> dict[str, str]:
@@ -76,7 +70,7 @@ def test_each_package_has_one_key(name: str) -> None:
 def test_external_with_a_requirement_keeps_both(tmp_path: Path) -> None:
     """A site external for a package torchmpi also requires something of
     (py-networkx ~default) renders as one entry carrying both."""
-    path = _copy(tmp_path, "perlmutter", lambda d: d.setdefault("externals", []).append(
+    path = write_site(tmp_path, "perlmutter", lambda d: d.setdefault("externals", []).append(
         {"spec": "py-networkx@3.5 ~default", "prefix": "/usr"}))
     _, data = spackenv.packages_yaml(sitemod.load(str(path)))
     entries = {k: v for k, v in data["packages"].items() if k.rstrip(":") == "py-networkx"}
@@ -93,7 +87,7 @@ def test_an_external_stated_unbuildable_stays_unbuildable(tmp_path: Path) -> Non
             {"spec": "cmake@3.26.3", "prefix": "/usr", "buildable": False},
             {"spec": "ninja@1.11.1", "prefix": "/usr"}])
 
-    _, data = spackenv.packages_yaml(sitemod.load(str(_copy(tmp_path, "perlmutter", edit))))
+    _, data = spackenv.packages_yaml(sitemod.load(str(write_site(tmp_path, "perlmutter", edit))))
     assert data["packages"]["cmake:"]["buildable"] is False
     assert data["packages"]["ninja:"]["buildable"] is True
 
@@ -113,7 +107,7 @@ def test_sites_is_the_only_list_of_sites() -> None:
 @pytest.mark.parametrize("end", LINE_ENDS)
 def test_newline_in_runtime_source_is_not_a_command(end: str, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    path = _copy(tmp_path, "derecho",
+    path = write_site(tmp_path, "derecho",
                  lambda d: d["runtime"].update(source=f"HPE guide{end}touch {marker}"))
     site = sitemod.load(str(path))
     text = renderer.render(site, tmp_path / "env")["runtime.sh"]
@@ -150,7 +144,7 @@ def test_comment_escapes_every_line_end() -> None:
 def test_values_with_yaml_syntax_stay_values(tmp_path: Path) -> None:
     """A spec or path with YAML/shell metacharacters reaches Spack as the same string."""
     odd = "/opt/my site/#1: {x}, [y] & 'q' \"dq\""
-    path = _copy(tmp_path, "derecho", lambda d: d["libfabric"].update(prefix=odd))
+    path = write_site(tmp_path, "derecho", lambda d: d["libfabric"].update(prefix=odd))
     site = sitemod.load(str(path))
     pkgs = yaml.safe_load(renderer.bodies(site, tmp_path / "env")["packages.yaml"])
     assert pkgs["packages"]["libfabric:"]["externals"][0]["prefix"] == odd
@@ -313,8 +307,36 @@ def test_site_mirrors_are_rendered(tmp_path: Path) -> None:
     site = sitemod.load("derecho")
     assert "mirrors" not in yaml.safe_load(
         renderer.bodies(site, tmp_path / "env")["spack.yaml"])["spack"]
-    path = _copy(tmp_path, "derecho", lambda d: d["install"].update(
+    path = write_site(tmp_path, "derecho", lambda d: d["install"].update(
         mirrors={"ncar-cache": "file:///glade/campaign/torchmpi/cache"}))
     spack = yaml.safe_load(renderer.bodies(sitemod.load(str(path)), tmp_path / "env")
                            ["spack.yaml"])["spack"]
     assert spack["mirrors"] == {"ncar-cache": "file:///glade/campaign/torchmpi/cache"}
+
+
+# --- an interrupted render leaves the old files whole -----------------------------
+
+
+def test_render_interrupted_by_a_full_disk_leaves_old_files_whole(tmp_path: Path) -> None:
+    """The render verb in a process whose writes fail past a size (RLIMIT_FSIZE):
+    the largest file cannot be written; every file keeps its old bytes, no
+    temporary file is left, and the error is a one-line refusal."""
+    out = tmp_path / "env"
+    old_site = edited_site(tmp_path, "derecho")
+    renderer.write(out, renderer.render(old_site, out))
+    old = {p.name: p.read_bytes() for p in out.iterdir()}
+    new_dir = tmp_path / "new"
+    new_dir.mkdir()
+    new_site = edited_site(new_dir, "derecho",
+                           lambda d: d.update(description=d["description"] + " (changed)"))
+    new = renderer.render(new_site, out)
+    assert all(new[name].encode() != old[name] for name in new), "every file must change"
+    sizes = sorted(len(text.encode()) for text in new.values())
+    limit = sizes[-2] + 1  # every file but the largest fits
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchmpi", "render", str(new_site.path), "-o", str(out)],
+        preexec_fn=limit_file_size(limit), capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"), check=False)
+    assert proc.returncode != 0, proc.stdout
+    assert "Traceback" not in proc.stderr and "cannot write" in proc.stderr, proc.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == old

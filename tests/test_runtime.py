@@ -11,28 +11,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import edited_site as _site
+from support.shell import sourced
+from support.sites import edited_site, site_data
+from support.sites import edited_site as _site
 from torchmpi import paths, runtime
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
 from torchmpi.cli import main
 from torchmpi.errors import UserError
-
-
-def sourced(text: str, tmp_path: Path, before: dict[str, str] | None = None) -> dict[str, str]:
-    """The variables a job has after `. runtime.sh` in a clean bash (what changed)."""
-    script = tmp_path / "runtime.sh"
-    script.write_text(text)
-    base = {"PATH": "/usr/bin:/bin", **(before or {})}
-
-    def dump(cmd: str) -> dict[str, str]:
-        out = subprocess.run(["env", "-i", *(f"{k}={v}" for k, v in base.items()),
-                              "bash", "--noprofile", "--norc", "-c", cmd + "; env -0"],
-                             capture_output=True, check=True).stdout.decode()
-        return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
-
-    empty, after = dump("true"), dump(f". {script}")
-    return {k: v for k, v in after.items() if empty.get(k) != v}
 
 
 def _three(files: dict[str, str], tmp_path: Path) -> tuple[dict, dict, dict]:
@@ -192,3 +178,67 @@ def test_spack_env_activate_applies_prepend_append_like_runtime_sh(spack, tmp_pa
     names = set(from_sh)
     assert {"LD_LIBRARY_PATH", "PYTHONPATH", "NCCL_DEBUG"} <= names
     assert {k: activated.get(k) for k in names} == from_sh
+
+
+# --- the implied MPICH_GPU_SUPPORT_ENABLED follows the site exactly -----------------
+
+
+SWITCH = runtime.GPU_SWITCH
+
+
+def _derecho(edit=None) -> dict:
+    return site_data("derecho", edit)
+
+
+def test_switch_is_implied_on_a_cray_gpu_site() -> None:
+    data = _derecho(lambda d: d.pop("runtime", None))
+    assert runtime.environment(data)[SWITCH] == "1"
+
+
+def test_switch_is_implied_when_cuda_aware_is_not_stated() -> None:
+    """mpi.cuda_aware defaults to true (the schema's default): no key, switch on."""
+    def edit(d):
+        d.pop("runtime", None)
+        d["mpi"].pop("cuda_aware", None)
+    assert runtime.cray_gpu_switch(_derecho(edit)) == "1"
+    assert runtime.environment(_derecho(edit))[SWITCH] == "1"
+
+
+def test_a_stated_one_against_cuda_aware_false_is_refused(tmp_path: Path) -> None:
+    """The site may state the switch only as the value its GTL linking needs:
+    1 with cuda_aware: false would abort MPI_Init (no GTL linked)."""
+    def edit(d):
+        d["mpi"]["cuda_aware"] = False
+        d["runtime"] = {"source": "this test", "env": {SWITCH: "1"}}
+    with pytest.raises(UserError) as err:
+        edited_site(tmp_path, "derecho", edit)
+    assert f"runtime.env.{SWITCH}: must be 0 here" in str(err.value), str(err.value)
+
+
+def test_switch_never_on_a_cpu_only_cray_site() -> None:
+    """No GPU: no GTL is linked, and 1 would abort MPI_Init."""
+    def edit(d):
+        d.pop("runtime", None)
+        d.pop("gpu")
+    assert SWITCH not in runtime.environment(_derecho(edit))
+    assert runtime.cray_gpu_switch(_derecho(edit)) is None
+
+
+def test_switch_never_on_when_the_site_says_cuda_aware_false(tmp_path: Path) -> None:
+    """cuda_aware: false gives "0" from cray_gpu_switch -- a value, not "unset":
+    nothing may turn it into 1, in the data or in the rendered runtime.sh."""
+    def edit(d):
+        d.pop("runtime", None)
+        d["mpi"]["cuda_aware"] = False
+    assert runtime.cray_gpu_switch(_derecho(edit)) == "0"
+    assert runtime.environment(_derecho(edit)).get(SWITCH) != "1"
+    site = edited_site(tmp_path, "derecho", edit)
+    text = renderer.render(site, tmp_path / "env")["runtime.sh"]
+    assert f"{SWITCH}=1" not in text and f"{SWITCH}='1'" not in text
+
+
+def test_site_zero_is_kept_as_zero() -> None:
+    def edit(d):
+        d["mpi"]["cuda_aware"] = False
+        d["runtime"] = {"env": {SWITCH: "0"}}
+    assert runtime.environment(_derecho(edit))[SWITCH] == "0"

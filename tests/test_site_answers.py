@@ -80,7 +80,7 @@ def _mpi(kind: str, **keys):
 ])
 def test_torch_variant_and_device_buffers_are_two_answers(tmp_path, base, kind, keys,
                                                           torch_aware, moves) -> None:
-    from conftest import edited_site
+    from support.sites import edited_site
 
     site = edited_site(tmp_path, base, _mpi(kind, **keys))
     assert site.torch_cuda_aware is torch_aware

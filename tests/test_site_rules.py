@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import edited_site
+from support.sites import edited_site
 from torchmpi.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -587,3 +587,10 @@ def test_uenv_keys_are_image_and_view(tmp_path: Path) -> None:
 def test_shipped_alps_names_its_uenv() -> None:
     from torchmpi import site as sitemod
     assert sitemod.load("alps-gh200").data["uenv"] == ALPS_UENV
+
+
+def test_gpu_auto_is_refused_outside_local(tmp_path: Path) -> None:
+    with pytest.raises(UserError) as err:
+        edited_site(tmp_path, "derecho", lambda d: d.update(gpu="auto"))
+    message = str(err.value)
+    assert "gpu" in message and "only for the local site" in message, message

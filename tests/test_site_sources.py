@@ -358,7 +358,7 @@ def test_real_reframe_job_scripts_carry_access_and_the_admins_account(
     import sys
     from pathlib import Path
 
-    from mpi_launch import job_env
+    from support.mpi_launch import job_env
     from torchmpi import reframe as rfmconf
     from torchmpi.cli import main
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from host_tools import load_site, path_without
+from support.host_tools import load_site, path_without
 from torchmpi import detect, paths
 from torchmpi import render as renderer
 from torchmpi import site as sitemod

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import edited_site
-from test_concretize_cli import fake_spack  # noqa: F401 (a fixture)
+from support.sites import edited_site
 from torchmpi import paths, torches
 from torchmpi.cli import main
 from torchmpi.errors import UserError
@@ -110,7 +109,7 @@ def test_no_note_without_cuda_aware_mpi(tmp_path: Path, capsys) -> None:
     assert "note" not in err
 
 
-def test_unverified_release_is_named_at_concretize(fake_spack: Path, tmp_path: Path,  # noqa: F811
+def test_unverified_release_is_named_at_concretize(fake_spack: Path, tmp_path: Path,
                                                    capsys) -> None:
     path = _site_file(tmp_path, "derecho", None)
     assert main(["concretize", str(path), "-o", str(tmp_path / "env"), "-q"]) == 0

@@ -64,6 +64,7 @@ def test_free(i):
 def test_each_shared_fixture_is_computed_on_one_worker(tmp_path: Path) -> None:
     pytest.importorskip("xdist")
     shutil.copy(HERE / "conftest.py", tmp_path / "conftest.py")
+    shutil.copytree(HERE / "support", tmp_path / "support")  # the conftest imports it
     (tmp_path / "test_shared.py").write_text(MODULE)
     log = tmp_path / "log"
     log.mkdir()

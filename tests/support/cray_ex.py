@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-MANIFEST = Path(__file__).resolve().parent / "fixtures" / "cray_ex" / "manifest.yaml"
+MANIFEST = Path(__file__).resolve().parents[1] / "fixtures" / "cray_ex" / "manifest.yaml"
 #: The directory, under a login node's root, that hides any host CUDA driver.
 HIDE_DRIVER = "torchmpi-test/no-driver"
 
@@ -36,9 +36,10 @@ MPI_ROLE = r"""
 #include <stdlib.h>
 #include <string.h>
 extern int mpi_gtl_cuda_stub(void) __attribute__((weak));
+extern int mpi_gtl_hsa_stub(void) __attribute__((weak));
 int MPI_Init(void *argc, void *argv) {
   const char *on = getenv("MPICH_GPU_SUPPORT_ENABLED");
-  if (on && strcmp(on, "1") == 0 && !mpi_gtl_cuda_stub) {
+  if (on && strcmp(on, "1") == 0 && !mpi_gtl_cuda_stub && !mpi_gtl_hsa_stub) {
     fprintf(stderr, "MPICH ERROR [Rank 0] - Abort(-1) (rank 0 in comm 0): MPIDI_CRAY_init: "
             "GPU_SUPPORT_ENABLED is requested, but GTL library is not linked\n");
     return 1;

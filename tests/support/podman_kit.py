@@ -159,7 +159,7 @@ def build_image(work: Path) -> str:
 
 def cudart(path: Path, work: Path) -> Path:
     """A CUDA runtime stand-in: the manifest's ``libcudart`` exports and version node."""
-    import cray_ex
+    from support import cray_ex
 
     entry = cray_ex.manifest()["libraries"]["libcudart"]
     src = work / "cudart.c"
