@@ -35,6 +35,8 @@ check: setup  ## the fast tests: no Spack, no solve (minutes; for iteration)
 	$(ENV) $(PY) -m pytest tests $(XDIST) -m "not spack and not concretize" $(PYTEST_ARGS)
 
 mutate: setup  ## plant one-line bugs, run each module's tests, list survivors (docs/testing.md)
+# MUTATE_ARGS="--generated 10 --budget 3600 --head": cosmic-ray's mutants instead, 10 per
+# wrapper module, cut after an hour; --spack: the package mutants too (minutes each).
 	$(ENV) $(PY) scripts/mutate.py $(MUTATE_ARGS)
 
 lint: venv

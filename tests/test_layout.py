@@ -46,12 +46,13 @@ def test_a_modules_key_is_its_path(module: str, key: str) -> None:
 
 
 def test_a_module_without_its_own_file_gets_its_packages_and_extensions(tmp_path: Path) -> None:
-    """own file + ``test_<key>_*.py``; else the enclosing package's (the wing)."""
+    """own file + ``test_<key>_*.py`` (+ the package's own file); else the enclosing
+    package's (the wing)."""
     for name in ("test_pkg.py", "test_pkg_extra.py", "test_pkg_mod.py", "test_pkgx.py"):
         (tmp_path / name).write_text("")
     found = {m: [Path(f).name for f in layout.tests_for(m, tmp_path)]
              for m in ("pkg/mod.py", "pkg/other.py", "commands/pkg.py", "alone.py")}
-    assert found == {"pkg/mod.py": ["test_pkg_mod.py"],
+    assert found == {"pkg/mod.py": ["test_pkg_mod.py", "test_pkg.py"],
                      "pkg/other.py": ["test_pkg.py", "test_pkg_extra.py", "test_pkg_mod.py"],
                      "commands/pkg.py": ["test_pkg.py", "test_pkg_extra.py",
                                          "test_pkg_mod.py"],

@@ -109,3 +109,50 @@ def test_docs_give_a_score_for_every_area_over_its_mutants() -> None:
         killed, measured = (int(x) for x in cell.split()[0:3:2])
         assert measured == counts[area], (area, cell, counts[area])
         assert killed <= measured
+
+
+def test_a_wrapper_mutants_tests_are_derived_from_the_layout() -> None:
+    """No hand-kept map: a wrapper module's mutants run the files the layout names
+    (tests/support/layout.py); only package files list theirs."""
+    from support import layout
+
+    for m in _mutate_module().MUTANTS:
+        if m.file.startswith("wrapper/"):
+            assert not m.package_tests, m.name
+            assert m.tests == layout.tests_for(m.file), m.name
+        else:
+            assert m.package_tests, m.name
+
+
+def _generated():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    _mutate_module()
+    spec = importlib.util.spec_from_file_location(
+        "mutate_generated", ROOT / "scripts" / "mutate_generated.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["mutate_generated"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_generated_mutants_are_cosmic_rays_sampled_reproducibly() -> None:
+    """The same seed draws the same mutants; each one compiles and differs from the
+    module in the line it names."""
+    gen = _generated()
+    first = gen.sample("lock.py", 4, seed=7)
+    again = gen.sample("lock.py", 4, seed=7)
+    assert [m for m, _ in first] == [m for m, _ in again] and len(first) == 4
+    source = (ROOT / "wrapper" / "torchmpi" / "lock.py").read_text().splitlines()
+    for mutant, text in first:
+        assert mutant.operator.startswith("core/")
+        compile(text, "lock.py", "exec")
+        assert text.splitlines() != source
+        assert source[mutant.line - 1] == mutant.old
+
+
+def test_generated_score_counts_timeouts_killed_and_errors_apart() -> None:
+    gen = _generated()
+    verdicts = ["killed", "timeout", "survived", "equivalent", "error: pytest exit 4"]
+    assert gen.score([{"verdict": v} for v in verdicts]) == (2, 3, 1)
+    assert [m for m in gen.round_robin({"a": [1, 2, 3], "b": [4]})] == [1, 4, 2, 3]

@@ -9,6 +9,8 @@ The rule (docs/testing.md, "Layout"), for ``wrapper/torchmpi/<path>.py``:
   ``commands/render.py`` -> ``render``, ``container/__init__.py`` -> ``container``;
 * its tests are ``tests/test_<key>.py`` and the files that extend it,
   ``tests/test_<key>_<concern>.py``;
+  and, for a module of a package, the package's own file (``test_doctor.py``
+  for ``doctor/nccl.py``: the package is how the module is used);
 * where there are none, the tests of the enclosing package's key (the wing):
   ``doctor/core.py`` -> ``doctor`` -> ``test_doctor.py``, ``test_doctor_*.py``.
 
@@ -44,7 +46,8 @@ EXEMPT: dict[str, tuple[str, tuple[str, ...]]] = {
                   "every verb's bad-input test checks"),
                   ("tests/test_cli_help.py", "tests/test_bad_input.py")),
     "spackenv.py": ("the environment files' content, checked in the rendered output",
-                    ("tests/test_render.py", "tests/test_torches.py", "tests/test_pairs.py")),
+                    ("tests/test_render.py", "tests/test_torches.py", "tests/test_pairs.py",
+                     "tests/test_sites.py")),
     "spackrun.py": ("how Spack is started, checked with a stand-in spack",
                     ("tests/test_concretize_cli.py", "tests/test_offsite.py",
                      "tests/test_paths.py")),
@@ -104,8 +107,12 @@ def tests_for(module: str, tests: Path = TESTS) -> tuple[str, ...]:
     folders = [p for p in module.split("/")[:-1] if p not in TRANSPARENT]
     for i in range(len(folders), 0, -1):
         names.append("_".join(folders[:i]))
-    for name in dict.fromkeys(n for n in names if n):
+    for i, name in enumerate(dict.fromkeys(n for n in names if n)):
         found = _files(name, tests)
         if found:
-            return tuple(found)
+            # A package's module is also used through the package: its own file.
+            package = tests / f"test_{folders[0]}.py" if folders and i == 0 else None
+            if package and package.is_file():
+                found.append(package.relative_to(tests.parent).as_posix())
+            return tuple(dict.fromkeys(found))
     return ()
