@@ -17,6 +17,7 @@ import yaml
 from support.sites import edited_site
 from torchmpi import pairs, spackenv
 from torchmpi import site as sitemod
+from torchmpi.checks import network
 from torchmpi.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,10 +151,10 @@ def test_every_label_names_the_libfabric_the_pair_ran_with() -> None:
 
 def test_perlmutters_rendered_pin_names_the_pairs_libfabric() -> None:
     """The committed packages.yaml says which libfabric the chosen pair ran with; the
-    note at render says the site's 1.20.1 is another major (site.notes, not repeated)."""
+    note at render says the site's 1.20.1 is another major (checks.network.notes, not repeated)."""
     text = (ROOT / "environments" / "perlmutter" / "packages.yaml").read_text()
     assert "(run on Slingshot by CSCS with libfabric 2.4.0;" in text
-    notes = sitemod.notes(sitemod.load("perlmutter").data)
+    notes = network.notes(sitemod.load("perlmutter").data)
     assert len(notes) == 1 and "libfabric 1.20.1:" in notes[0], notes
     assert notes[0].count("with libfabric 2.4.0") == 1, notes[0]
     assert "(run on Slingshot by HPE with libfabric 1.22.0)" in notes[0], notes[0]

@@ -17,6 +17,7 @@ from support.sites import edited_site as _site
 from torchmpi import paths, runtime
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
+from torchmpi.checks.schema import site_schema
 from torchmpi.cli import main
 from torchmpi.errors import UserError
 
@@ -70,7 +71,7 @@ def test_site_values_override_fabric_defaults_in_place(tmp_path: Path) -> None:
 
 
 def test_every_fabric_has_a_defaults_file() -> None:
-    schema = sitemod._schema()
+    schema = site_schema()
     for fabric in schema["properties"]["fabric"]["enum"]:
         source, env = runtime.fabric_defaults(fabric)
         assert source or not env, f"{fabric}: defaults without a source"

@@ -422,9 +422,10 @@ def test_container_runtime_ce_off_slingshot_refused_at_load(tmp_path: Path) -> N
 
 def test_container_rule_and_container_agree() -> None:
     """The load-time rule and the container planner name the same injecting runtimes."""
-    from torchmpi import container, siterules
+    from torchmpi import container
+    from torchmpi.checks import container as rule
 
-    assert set(siterules.INJECTS_CRAY) == set(container.INJECTS_CRAY)
+    assert set(rule.INJECTS_CRAY) == set(container.INJECTS_CRAY)
 
 
 @pytest.mark.parametrize("kind", ["openmpi", "cray-mpich"])

@@ -19,6 +19,7 @@ from torchmpi import detect, paths
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
 from torchmpi.autokeys import auto_keys
+from torchmpi.checks import schema
 from torchmpi.cli import main
 from torchmpi.errors import UserError
 
@@ -459,10 +460,10 @@ def test_is_local(tmp_path) -> None:
 def test_schema_pattern_dollar_means_end_of_input() -> None:
     """JSON schema's `$` is ECMA-262's (end of input); Python's also matches before a
     final newline, which let "derecho\\n" through."""
-    validator = sitemod._Validator({"type": "string", "pattern": "^[a-z]+$"})
+    validator = schema.Validator({"type": "string", "pattern": "^[a-z]+$"})
     assert validator.is_valid("derecho")
     assert not validator.is_valid("derecho\n")
-    assert sitemod._ecma_anchor(r"^a\$") == r"^a\$"  # an escaped dollar is a character
+    assert schema.ecma_anchor(r"^a\$") == r"^a\$"  # an escaped dollar is a character
 
 
 def test_cross_family(tmp_path) -> None:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+#: The site that describes this host; the only one whose keys may be ``auto``.
+LOCAL = "local"
+
 #: Keys (dotted paths) that the local site may set to ``auto``, in the order
 #: :func:`torchmpi.detect.fill_in` replaces them (the MPI choice depends on the GPU).
 AUTO_KEYS = ("target", "compilers", "gpu", "mpi.kind", "externals")

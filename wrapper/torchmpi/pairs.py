@@ -39,7 +39,7 @@ class Pair:
 
         The libfabric is named because a site's may differ from it (Perlmutter's
         1.20.1 against the 2.4.0 CSCS ran 2.29.2-1 + 1.18.0 with), which
-        :func:`torchmpi.site.notes` says at render; the release notes' pairs
+        :func:`torchmpi.checks.network.notes` says at render; the release notes' pairs
         record none (``-``) and the label says nothing about one.
         """
         ran = f" with libfabric {self.libfabric}" if self.libfabric != "-" else ""
@@ -66,31 +66,6 @@ def vouched() -> tuple[Pair, ...]:
             return tuple(sorted(pairs, key=lambda p: (_key(p.nccl), _key(p.plugin)),
                                 reverse=True))
     raise UserError(f"{path}: no VOUCHED_PAIRS table")
-
-
-def _listing(pairs: list[Pair], show: str) -> str:
-    if not pairs:
-        return "none"
-    return "; ".join(f"{getattr(p, show)} ({p.label})" for p in pairs)
-
-
-def problem(nccl: dict) -> tuple[tuple, str] | None:
-    """(key path, message) when a Slingshot site's ``nccl:`` pin is no vouched pair."""
-    version, plugin = nccl.get("version"), nccl.get("plugin")
-    table = vouched()
-    with_nccl = [p for p in table if p.nccl == version]
-    if not with_nccl:
-        known = ", ".join(dict.fromkeys(p.nccl for p in table))
-        return ("nccl", "version"), (
-            f"NCCL {version} is in no vouched NCCL/aws-ofi-nccl pair, so nccl-ss11 cannot"
-            f" build it for Slingshot; allowed: {known} (docs/design.md)")
-    if plugin is None or any(p.plugin == plugin for p in with_nccl):
-        return None
-    with_plugin = [p for p in table if p.plugin == plugin]
-    return ("nccl", "plugin"), (
-        f"aws-ofi-nccl {plugin} with NCCL {version} is not a vouched pair; allowed with"
-        f" NCCL {version}: {_listing(with_nccl, 'plugin')}; vouched with aws-ofi-nccl"
-        f" {plugin}: {_listing(with_plugin, 'nccl')} (docs/design.md)")
 
 
 def choose(nccl: dict) -> Pair | None:

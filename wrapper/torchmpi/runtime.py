@@ -131,35 +131,9 @@ def environment(data: dict[str, Any]) -> dict[str, str]:
     """The variables a job has after sourcing runtime.sh (``set`` only), in order.
 
     A site that states a contradicting switch value is rejected earlier, in
-    site validation (:func:`problems` and :func:`torchmpi.site._semantic_errors`).
+    site validation (:mod:`torchmpi.checks.mpi` and :mod:`torchmpi.checks.runtime`).
     """
     return dict(resolve(data).set)
-
-
-def problems(data: dict[str, Any]) -> list[tuple[tuple, str]]:
-    """(key path, message) for runtime values the renderings cannot carry faithfully."""
-    errors: list[tuple[tuple, str]] = []
-    site = data.get("runtime")
-    if not isinstance(site, dict):
-        return errors
-    for section in ("env", *PATH_OPS):
-        values = site.get(section)
-        if not isinstance(values, dict):
-            continue
-        for key, value in values.items():
-            if "$" in str(value):
-                errors.append((("runtime", section, key), (
-                    f"{str(value)!r} refers to a variable ('$'); runtime values are literal"
-                    " and `env` replaces the job's own value. To add to a path list use"
-                    f" runtime.prepend_path or runtime.append_path: {{{key}: <dir>}}"
-                    " (docs/sites.md, runtime)")))
-    for op in PATH_OPS:
-        for key in (site.get(op) or {}) if isinstance(site.get(op), dict) else ():
-            if key in (site.get("env") or {}):
-                errors.append((("runtime", op, key), (
-                    f"{key} is also in runtime.env; a variable is either set or"
-                    " added to, not both")))
-    return errors
 
 
 def shell_lines(rt: Runtime) -> list[str]:

@@ -139,39 +139,6 @@ def cuda_aware(data: dict[str, Any]) -> bool:
             and bool((data.get("mpi") or {}).get("cuda_aware", True)))
 
 
-def problems(data: dict[str, Any]) -> list[tuple[tuple, str]]:
-    """Releases a site may not choose: unknown to builtin, or without +cuda_aware_mpi."""
-    out: list[tuple[tuple, str]] = []
-    known = builtin_releases()
-    current = [v for v, old in known.items() if not old]
-    for i, version in enumerate(versions(data)):
-        where = ("torch", "versions", i)
-        if known and version not in known:
-            out.append((where, (
-                f"{version!r} is no py-torch release of the pinned builtin spack-packages;"
-                f" allowed: {', '.join(current)} (current) or {', '.join(VERIFIED)}"
-                " (deprecated, with a ProcessGroupMPI fixture)")))
-            continue
-        cuda = site_cuda(data)
-        needs = cuda_problem(version, cuda) if cuda else None
-        if needs:
-            can = [v for v in current + list(VERIFIED) if not cuda_problem(v, cuda)]
-            out.append((where, (
-                f"torch {version} needs cuda@{needs} (builtin py-torch), this site has"
-                f" cuda@{cuda} (gpu.cuda.spec); releases it can build:"
-                f" {', '.join(can) or 'none'}, or a newer gpu.cuda")))
-            continue
-        if not cuda_aware(data):
-            continue
-        vt = _vt(version)
-        if vt[:2] < _CUDA_AWARE_FROM or _CUDA_AWARE_GAP[0] <= vt <= _CUDA_AWARE_GAP[1]:
-            out.append((where, (
-                f"torch {version} cannot be built +cuda_aware_mpi (torchmpi's py-torch: from"
-                " 2.6, and not 2.7.0-2.9.0, whose ProcessGroupMPI text was never read);"
-                f" allowed: {', '.join(current + list(VERIFIED))}, or mpi.cuda_aware: false")))
-    return out
-
-
 def deprecated(data: dict[str, Any]) -> list[str]:
     """The site's releases that builtin deprecates (they need ``config: deprecated: true``)."""
     known = builtin_releases()

@@ -10,6 +10,7 @@ from pathlib import Path
 from torchmpi import paths, torches, writable
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
+from torchmpi.checks import network
 from torchmpi.commands import arguments
 from torchmpi.errors import UserError
 
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
             " holds only the checkout's own sites; give the output directory with -o DIR,"
             " or copy the file into sites/"
         )
-    for note in [*torches.notes(site.data), *sitemod.notes(site.data)]:  # found now
+    for note in [*torches.notes(site.data), *network.notes(site.data)]:  # found now
         print(f"torchmpi render: note: {note}", file=sys.stderr)
     outdir = args.output or renderer.default_outdir(site)
     record = {"site": site.name, "output": str(outdir)}

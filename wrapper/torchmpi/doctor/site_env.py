@@ -156,7 +156,7 @@ def check_launcher_flags(env: Mapping[str, str]) -> Check:
 
 # --- the site's uenv -----------------------------------------------------------------
 
-#: Where CSCS mounts a uenv (cscs-docs docs/software/uenv/using.md); siterules.UENV_MOUNT.
+#: Where CSCS mounts a uenv (cscs-docs docs/software/uenv/using.md); checks.uenv.UENV_MOUNT.
 UENV_MOUNT = "/user-environment"
 
 
