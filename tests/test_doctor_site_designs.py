@@ -59,6 +59,18 @@ def ompi_info(argv, **_kwargs) -> CommandResult | None:
 OPENMPI_CUDA = "/sw/openmpi-4.1.6-cudaxyz"
 
 
+#: Where :func:`design_job` lays out a site's uenv stand-in: the running test's
+#: ``tmp_path`` (pytest removes it), pushed by the autouse fixture below.
+_scratch: list[Path] = []
+
+
+@pytest.fixture(autouse=True)
+def _design_scratch(tmp_path: Path):
+    _scratch.append(tmp_path)
+    yield
+    _scratch.pop()
+
+
 def design_job(name: str) -> doctor.Inputs:
     """A healthy job on ``name``: what its design loads, sets and prints."""
     loaded = load_site(name)
@@ -105,7 +117,7 @@ def design_job(name: str) -> doctor.Inputs:
         # The job runs inside the site's uenv (`#SBATCH --uenv=... --view=...`): what the
         # uenv tool leaves, as tests/test_doctor_site.py stands it in (eth-cscs/uenv2).
         uenv = data["uenv"]
-        uenv_root = Path(tempfile.mkdtemp(prefix="uenv-")) / "user-environment"
+        uenv_root = _scratch[-1] / "uenv" / "user-environment"
         (uenv_root / "meta").mkdir(parents=True)
         (uenv_root / "meta" / "env.json").write_text(json.dumps(
             {"name": uenv["image"].split("/")[0], "mount": "/user-environment",
@@ -226,3 +238,12 @@ def test_open_mpi_without_cuda_is_no_failure_where_the_design_says_nccl():
     design = "the site routes CUDA tensors through NCCL (mpi.cuda_aware: false)"
     check = mpi.check_openmpi_cuda_aware(found, 4, design)
     assert check.status == PASS and "as designed" in check.detail
+
+
+def test_the_uenv_stand_in_leaves_nothing_behind(tmp_path: Path) -> None:
+    """The Alps design's uenv stand-in lives in the test's own tmp_path, not in a
+    temporary directory nobody removes."""
+    before = set(Path(tempfile.gettempdir()).glob("uenv-*"))
+    inputs = design_job("alps-gh200")
+    assert inputs.uenv_root is not None and inputs.uenv_root.is_relative_to(tmp_path)
+    assert set(Path(tempfile.gettempdir()).glob("uenv-*")) == before
