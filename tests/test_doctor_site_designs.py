@@ -76,6 +76,9 @@ def design_job(name: str) -> doctor.Inputs:
     loaded = load_site(name)
     data = loaded.data
     has_gpu = isinstance(data.get("gpu"), dict)
+    # AMD GPUs: a ROCm torch (torch.version.hip), GTL for HSA, RCCL with the plugin
+    # aws-ofi-nccl builds for ROCm (librccl-net.so) and its log (torchmpi.doctor.rocm).
+    amd = has_gpu and data["gpu"].get("vendor") == "amd"
     mpi_data = data["mpi"]
     cuda_aware = mpi_data.get("cuda_aware", True)
     env = dict(runtime.environment(data))
@@ -85,10 +88,13 @@ def design_job(name: str) -> doctor.Inputs:
     elif launcher == "pbs":
         env.update(PBS_JOBID="7.desched1", PBS_NUM_NODES="2")
     if mpi_data["kind"] == "cray-mpich":
-        prefix = mpi_data["prefix"]
+        # A site that names only the module: the Cray PE layout of that version.
+        prefix = mpi_data.get("prefix") or (
+            f"/opt/cray/pe/mpich/{mpi_data.get('version', '9.1.0')}/ofi/gnu/12.3")
         libs = [f"{prefix}/lib/libmpi_gnu_123.so.12"]
         if cuda_aware and has_gpu:
-            libs.append(f"{prefix}/../../gtl/lib/libmpi_gtl_cuda.so.0")
+            gtl = "libmpi_gtl_hsa" if amd else "libmpi_gtl_cuda"
+            libs.append(f"{prefix}/../../gtl/lib/{gtl}.so.0")
     else:
         libs = [f"{OPENMPI_CUDA}/lib/libmpi.so.40"]
     fabric = data.get("fabric")
@@ -97,9 +103,10 @@ def design_job(name: str) -> doctor.Inputs:
     if fabric == "slingshot":
         env["LD_LIBRARY_PATH"] = PLUGIN_DIR
         fabric_lib = f"{data['libfabric']['prefix']}/lib64/libfabric.so.1"
+        names = ("librccl-net.so",) if amd else ("libnccl-net.so", "libnccl-net-ofi.so")
         maps = {name: nccl.Mapped(name, [f"{PLUGIN_DIR}/{name}", fabric_lib])
-                for name in ("libnccl-net.so", "libnccl-net-ofi.so")}
-        log = (LOGS / "plugin-ofi.log").read_text()
+                for name in names}
+        log = (LOGS / ("rccl-plugin-ofi.log" if amd else "plugin-ofi.log")).read_text()
     elif fabric == "ib" and has_gpu:
         log = (LOGS / "ib.log").read_text()
     device = "cuda" if has_gpu else "cpu"
@@ -108,9 +115,13 @@ def design_job(name: str) -> doctor.Inputs:
         probes["probe.nccl"] = ok("nccl", "cuda")
         probes["probe.mpi_cuda"] = (ok("mpi", "cuda") if cuda_aware
                                     else CommandResult(1, pytorch_cuda_mpi_error()))
-    info = gpu.TorchInfo(version="2.11.0", mpi=True, nccl=has_gpu, gloo=True,
+    if amd:  # builtin py-torch conflicts +gloo+rocm: no gloo backend, no gloo probe
+        probes.pop("probe.gloo")
+    info = gpu.TorchInfo(version="2.11.0", mpi=True, nccl=has_gpu, gloo=not amd,
                          nccl_version="2.27.7" if has_gpu else "",
-                         cuda_build="12.2" if has_gpu else "", gpu_count=4 if has_gpu else 0,
+                         cuda_build="12.2" if has_gpu and not amd else "",
+                         hip_build="7.1.25424" if amd else None,
+                         gpu_count=4 if has_gpu else 0,
                          loaded_libs=libs)
     uenv_root = None
     if data.get("uenv"):

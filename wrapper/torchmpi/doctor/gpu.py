@@ -27,6 +27,7 @@ class TorchInfo:
     gloo: bool = False
     nccl_version: str | None = None
     cuda_build: str | None = None  # torch.version.cuda; None for a CPU-only build
+    hip_build: str | None = None  # torch.version.hip; set for a ROCm build (doctor.rocm)
     gpu_count: int = 0
     lib_dir: str | None = None
     loaded_libs: list[str] = field(default_factory=list)  # paths from /proc/self/maps
@@ -46,6 +47,7 @@ def probe_torch() -> TorchInfo:
     except Exception as err:  # noqa: BLE001 -- any import failure is the finding
         return TorchInfo(import_error=f"{type(err).__name__}: {err}")
     info = TorchInfo(version=torch.__version__, cuda_build=torch.version.cuda,
+                     hip_build=getattr(torch.version, "hip", None),
                      lib_dir=str(Path(torch.__file__).parent / "lib"))
     info.distributed = dist.is_available()
     info.mpi = info.distributed and dist.is_mpi_available()
@@ -73,7 +75,8 @@ def check_torch(info: TorchInfo) -> Check:
     if info.import_error:
         return Check("torch", FAIL, f"import torch failed: {info.import_error}",
                      "load the site's py-torch-mpi module (or activate its environment)")
-    build = f"CUDA {info.cuda_build}" if info.cuda_build else "CPU-only build"
+    build = (f"CUDA {info.cuda_build}" if info.cuda_build else
+             f"ROCm/HIP {info.hip_build}" if info.hip_build else "CPU-only build")
     return Check("torch", PASS, f"torch {info.version} ({build})")
 
 
@@ -93,10 +96,14 @@ def check_backend_mpi(info: TorchInfo) -> Check:
 def check_backend_nccl(info: TorchInfo) -> Check:
     if info.import_error:
         return Check("backend.nccl", SKIP, "torch does not import")
+    library = "RCCL" if info.hip_build else "NCCL"  # a ROCm torch's "nccl" is RCCL
     if info.nccl:
-        version = f" (NCCL {info.nccl_version})" if info.nccl_version else ""
+        version = f" ({library} {info.nccl_version})" if info.nccl_version else ""
         return Check("backend.nccl", PASS,
                      f"torch.distributed.is_nccl_available() is True{version}")
+    if info.hip_build:
+        return Check("backend.nccl", FAIL, f"ROCm/HIP {info.hip_build} build without RCCL",
+                     "rebuild py-torch with +nccl (RCCL; the site environment does this)")
     if not info.cuda_build:
         status = FAIL if info.gpu_count else WARN
         return Check("backend.nccl", status, "CPU-only PyTorch: no NCCL backend",

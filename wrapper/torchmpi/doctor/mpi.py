@@ -236,21 +236,26 @@ def check_openmpi_cuda_aware(mpi: MpiInfo, gpu_count: int, design: str | None = 
 
 
 GPU_SWITCH = "MPICH_GPU_SUPPORT_ENABLED"
+#: Cray's GTL per GPU vendor: CUDA's, and HSA's for AMD GPUs (torchmpi.doctor.rocm).
+GTL_LIBRARIES = ("libmpi_gtl_cuda", "libmpi_gtl_hsa")
 
 
 def gtl_linked(torch_ldd: str, env: Mapping[str, str], loaded: Iterable[str] = ()) -> bool:
     """Is Cray's GPU transport layer in the process: loaded (py-torch ``+cuda_aware_mpi`` loads it
     when torch is imported on a node with a CUDA driver), linked into torch, or preloaded?"""
-    return any("libmpi_gtl_cuda" in text
-               for text in (torch_ldd, env.get("LD_PRELOAD", ""), *loaded))
+    return any(gtl in text for text in (torch_ldd, env.get("LD_PRELOAD", ""), *loaded)
+               for gtl in GTL_LIBRARIES)
 
 
 def check_cray_gpu_support(mpi: MpiInfo, env: Mapping[str, str], torch_ldd: str,
-                           loaded: Iterable[str] = (), no_backend: str | None = None) -> Check:
+                           loaded: Iterable[str] = (), no_backend: str | None = None,
+                           gtl_name: str = "libmpi_gtl_cuda") -> Check:
     """Cray MPICH needs GTL in the process *and* MPICH_GPU_SUPPORT_ENABLED=1, or neither.
 
     ``no_backend``: why torch has no MPI (then the switch concerns no MPI it loads).
+    ``gtl_name``: the GTL of torch's GPU vendor (``libmpi_gtl_hsa`` for a ROCm torch).
     """
+    buffers = "HIP" if gtl_name == "libmpi_gtl_hsa" else "CUDA"
     name = "mpi.cray_gpu"
     if no_backend:
         return Check(name, SKIP, f"{no_backend}: no MPI to carry CUDA tensors")
@@ -268,17 +273,17 @@ def check_cray_gpu_support(mpi: MpiInfo, env: Mapping[str, str], torch_ldd: str,
     if enabled and not gtl:
         return Check(
             name, FAIL,
-            f"{GPU_SWITCH}=1 but libmpi_gtl_cuda is not loaded (by torch's import, a link or "
+            f"{GPU_SWITCH}=1 but {gtl_name} is not loaded (by torch's import, a link or "
             "LD_PRELOAD): MPI_Init aborts ('GTL library is not linked')",
             "use a py-torch-mpi built +cuda_aware_mpi (its torch loads GTL on a GPU node), "
             "or LD_PRELOAD "
-            f"$CRAY_MPICH_ROOTDIR/gtl/lib/libmpi_gtl_cuda.so, or set {GPU_SWITCH}=0",
+            f"$CRAY_MPICH_ROOTDIR/gtl/lib/{gtl_name}.so, or set {GPU_SWITCH}=0",
         )
     if gtl and not enabled:
         shown = "unset" if value is None else f"={value}"
         return Check(name, FAIL,
-                     f"libmpi_gtl_cuda is loaded but {GPU_SWITCH} is {shown}, not 1: "
-                     "CUDA buffers passed to MPI segfault without a message",
+                     f"{gtl_name} is loaded but {GPU_SWITCH} is {shown}, not 1: "
+                     f"{buffers} buffers passed to MPI segfault without a message",
                      f"export {GPU_SWITCH}=1 (or 0 and pass only CPU tensors to MPI)")
     if enabled:
         return Check(name, PASS, f"GPU-aware Cray MPICH: GTL loaded and {GPU_SWITCH}=1")

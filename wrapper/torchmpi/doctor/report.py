@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from torchmpi.doctor import container, core, gpu, mpi, nccl, origin, probe, site_env
+from torchmpi.doctor import container, core, gpu, mpi, nccl, origin, probe, rocm, site_env
 from torchmpi.doctor.core import Check, CommandResult, Runner
 
 
@@ -38,6 +38,8 @@ class Inputs:
     mpi_libs: list[str] | None = None
     #: where the uenv's meta/env.json is read (None: /user-environment, where CSCS mounts it)
     uenv_root: Path | None = None
+    #: what amd-smi / rocm-smi say, for a ROCm torch (:func:`rocm.probe_smi`)
+    rocm_smi: rocm.SmiInfo | None = None
 
 
 def torch_ldd(info: gpu.TorchInfo, runner: Runner) -> str:
@@ -61,7 +63,9 @@ def gather(site: str | None = None, nccl_log: str | None = None, run_probes: boo
     inputs = Inputs(torch=info, env=env, runner=runner, interfaces=nccl.local_interfaces(),
                     torch_ldd=torch_ldd(info, runner), nccl_log=log_text, site=expectation,
                     driver=gpu.probe_driver(runner),
-                    plugin_maps=nccl.resolve_plugin(env, runner) if info.nccl else None)
+                    rocm_smi=rocm.probe_smi(runner) if info.hip_build else None,
+                    plugin_maps=((rocm.resolve_plugin if info.hip_build else nccl.resolve_plugin)
+                                 (env, runner) if info.nccl else None))
     inputs.origins = origin.locate(info.loaded_libs)
     site_data = expectation.data if expectation else None
     inputs.container = container.container_checks(
@@ -104,15 +108,20 @@ def run_checks(inputs: Inputs) -> list[Check]:
         gpu.check_backend_mpi(info),
         gpu.check_backend_nccl(info),
         gpu.check_backend_gloo(info),
-        gpu.check_gpu(info, inputs.driver or gpu.DriverInfo(), gpu_site),
+        (rocm.check_gpu(info.gpu_count, info.hip_build, inputs.rocm_smi or rocm.SmiInfo(),
+                        gpu_site) if info.hip_build else
+         gpu.check_gpu(info, inputs.driver or gpu.DriverInfo(), gpu_site)),
         mpi.check_mpi_implementation(found, no_backend, site_data, where),
         mpi.check_openmpi_cuda_aware(found, info.gpu_count, design, no_backend),
         mpi.check_cray_gpu_support(found, env, inputs.torch_ldd, info.loaded_libs,
-                                   no_backend),
+                                   no_backend,
+                                   rocm.GTL if info.hip_build else mpi.GTL_LIBRARIES[0]),
         *probe.probe_checks(info, inputs.probes, design),
-        nccl.check_nccl_plugin(env, plugin, slingshot, nodes, info.nccl),
+        (rocm.check_rccl_plugin if info.hip_build else nccl.check_nccl_plugin)(
+            env, plugin, slingshot, nodes, info.nccl),
         nccl.check_socket_ifname(env, inputs.interfaces),
-        nccl.check_nccl_network(inputs.nccl_log, slingshot, nodes),
+        (rocm.check_rccl_network if info.hip_build else nccl.check_nccl_network)(
+            inputs.nccl_log, slingshot, nodes),
         nccl.check_nccl_interfaces(inputs.nccl_log, nodes),
         site_env.check_site_env(inputs.site, env, nodes),
         site_env.check_launcher_flags(env),

@@ -1,0 +1,148 @@
+"""AMD GPUs: a ROCm torch, the GPUs ROCm's tools list, RCCL's network plugin, GTL for HSA.
+
+A ROCm build of PyTorch keeps NVIDIA's names: ``torch.version.hip`` is set
+and ``torch.version.cuda`` is None, HIP devices are ``cuda`` devices and the
+``torch.cuda`` API drives them ("PyTorch for HIP intentionally reuses the
+existing torch.cuda interfaces", PyTorch 2.6.0 ``docs/source/notes/hip.rst``),
+and the ``"nccl"`` backend is RCCL.  So the probes (one-rank all-reduce over
+``nccl`` with a ``cuda`` tensor) and ``torchmpi allreduce`` run unchanged;
+what differs is checked here:
+
+* GPUs: ``amd-smi`` (ROCm 6 and later) or ``rocm-smi``, not ``nvidia-smi``.
+  ``amd-smi static`` prints a ``GPU: <n>`` block per GPU with its ``DRIVER``
+  (``NAME: amdgpu``, ``VERSION``) (ROCm/rocm-systems#2987); ``rocm-smi``
+  prefixes every line with ``GPU[<n>]`` (ROCm/legacy-rocm-build#1886).
+* RCCL's network plugin: RCCL opens ``librccl-net.so`` (ROCm/rccl rocm-6.2.0
+  ``src/net.cc``:343-352), or with ``NCCL_NET_PLUGIN`` set the value itself
+  (a path) and then ``librccl-net-<value>.so`` (ROCm/rccl@0cbce2a
+  ``src/net.cc``:386-410); some releases look for ``libnccl-net.so``, which
+  OLCF links to ``librccl-net.so`` (olcf/olcf-user-docs
+  ``software/analytics/pytorch_frontier.rst``:663-664), and from ROCm 7.2
+  ``NCCL_NET_PLUGIN=<dir>/librccl-net.so`` is required (HewlettPackard/shs-ccl-docs#6).
+  aws-ofi-nccl built ``--with-rocm`` installs ``librccl-net.so`` and prints
+  the same ``NET/OFI`` provider line as for NCCL.
+* Cray MPICH's GTL for AMD GPUs is ``libmpi_gtl_hsa`` (olcf/olcf-user-docs
+  ``systems/frontier_user_guide.rst``, ``MPICH_GPU_SUPPORT_ENABLED``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from torchmpi.doctor import nccl
+from torchmpi.doctor.core import FAIL, PASS, SKIP, Check, Runner
+
+#: Cray MPICH's GPU Transport Layer for AMD GPUs.
+GTL = "libmpi_gtl_hsa"
+#: What RCCL opens without NCCL_NET_PLUGIN, in order (see the module docstring).
+PLUGIN_LIBRARIES = ("librccl-net.so", "libnccl-net.so")
+
+
+@dataclass
+class SmiInfo:
+    """What ROCm's management tool says: GPUs, their names, the amdgpu driver."""
+
+    gpus: int = 0
+    tool: str = ""  # the tool that answered ("" when none ran)
+    names: list[str] = field(default_factory=list)
+    driver: str | None = None  # amdgpu driver version, when printed
+
+
+def parse_amd_smi(text: str) -> SmiInfo:
+    """``amd-smi static --asic --driver``: one ``GPU: <n>`` block per GPU."""
+    gpus = len(set(re.findall(r"^GPU: (\d+)\s*$", text, re.MULTILINE)))
+    names = re.findall(r"^\s+MARKET_NAME: (.+?)\s*$", text, re.MULTILINE)
+    driver = re.search(r"^\s+DRIVER:\s*\n\s+NAME: amdgpu\s*\n\s+VERSION: (\S+)", text,
+                       re.MULTILINE)
+    return SmiInfo(gpus, "amd-smi", list(dict.fromkeys(names)),
+                   driver.group(1) if driver else None)
+
+
+def parse_rocm_smi(text: str) -> SmiInfo:
+    """``rocm-smi --showproductname``: every line of a GPU starts ``GPU[<n>]``."""
+    gpus = len(set(re.findall(r"^GPU\[(\d+)\]\s*:", text, re.MULTILINE)))
+    names = re.findall(r"^GPU\[\d+\]\s*:\s*Card (?:series|Series):\s*(.+?)\s*$", text,
+                       re.MULTILINE)
+    return SmiInfo(gpus, "rocm-smi", list(dict.fromkeys(names)))
+
+
+def probe_smi(runner: Runner) -> SmiInfo:
+    """amd-smi if it runs, else rocm-smi (deprecated from ROCm 6 but still shipped)."""
+    result = runner(["amd-smi", "static", "--asic", "--driver"])
+    if result is not None and result.returncode == 0:
+        return parse_amd_smi(result.stdout)
+    result = runner(["rocm-smi", "--showproductname"])
+    if result is not None and result.returncode == 0:
+        return parse_rocm_smi(result.stdout)
+    return SmiInfo()
+
+
+def check_gpu(gpu_count: int, hip_build: str | None, smi: SmiInfo,
+              gpu_site: bool = False) -> Check:
+    """The ``gpu`` check for a ROCm torch: GPUs torch sees against what ROCm's tool lists."""
+    name = "gpu"
+    tool = (f"; {smi.tool} lists {smi.gpus}" + (f" ({', '.join(smi.names)})" if smi.names else "")
+            + (f", amdgpu {smi.driver}" if smi.driver else "")) if smi.tool else ""
+    if gpu_count:
+        return Check(name, PASS, f"{gpu_count} AMD GPU(s) visible to torch (ROCm/HIP "
+                                 f"{hip_build}){tool}")
+    if gpu_site or smi.gpus:
+        seen = (f"{smi.tool} lists {smi.gpus} GPU(s) but torch sees none" if smi.gpus
+                else "this is a GPU site but no GPU is visible")
+        return Check(name, FAIL, f"{seen} (ROCm/HIP {hip_build} build)",
+                     "run on a GPU node inside the job (srun --gpus...); check "
+                     "HIP_VISIBLE_DEVICES and ROCR_VISIBLE_DEVICES; the rocm module must "
+                     "match the ROCm torch was built with")
+    return Check(name, SKIP, "no AMD GPU visible and the site has none: GPU checks skipped")
+
+
+def plugin_names(env: Mapping[str, str]) -> list[str]:
+    """The libraries RCCL would dlopen as its net plugin, given NCCL_NET_PLUGIN."""
+    plugin = env.get("NCCL_NET_PLUGIN", "").strip()
+    if not plugin:
+        return list(PLUGIN_LIBRARIES)
+    wanted = [plugin] if "/" in plugin or plugin.endswith(".so") else []
+    wanted += [f"librccl-net-{plugin}.so"] if "/" not in plugin else []
+    return list(dict.fromkeys(wanted))
+
+
+def resolve_plugin(env: Mapping[str, str], runner: Runner) -> dict[str, nccl.Mapped]:
+    """Load every RCCL plugin name in its own child, as the NCCL check does."""
+    return {name: nccl.load_in_child(name, env, runner) for name in plugin_names(env)}
+
+
+def _rccl(check: Check) -> Check:
+    """An NCCL check's text in RCCL's file names (the logic is the same)."""
+    def text(value: str | None) -> str | None:
+        return value.replace("libnccl-net.so", "librccl-net.so") if value else value
+    return replace(check, detail=text(check.detail), fix=text(check.fix))
+
+
+def check_rccl_plugin(env: Mapping[str, str], plugin: nccl.PluginInfo, slingshot: bool,
+                      nodes: int | None, has_nccl: bool = True) -> Check:
+    """The RCCL plugin: NCCL_NET_PLUGIN against the files RCCL opens, then the NCCL
+    check's rules (plugin releases, NCCL_NET, Slingshot) in RCCL's names."""
+    wanted = env.get("NCCL_NET_PLUGIN", "").strip()
+    if has_nccl and wanted and not plugin.libraries:
+        tried = " or ".join(plugin_names(env))
+        broken = "; ".join(f"{lib}: {err}" for lib, err in plugin.errors.items())
+        return Check("nccl.plugin", FAIL,
+                     f"NCCL_NET_PLUGIN={wanted} but RCCL finds no {tried}"
+                     + (f" ({broken})" if broken else "")
+                     + ": RCCL logs 'NET/Plugin: ... No plugin found' and uses sockets",
+                     "set NCCL_NET_PLUGIN to the full path of the aws-ofi-nccl ROCm "
+                     "build's lib/librccl-net.so (Frontier: module load rccl-net-plugin)")
+    rest = {k: v for k, v in env.items() if k != "NCCL_NET_PLUGIN"}
+    check = _rccl(nccl.check_nccl_plugin(rest, plugin, slingshot, nodes, has_nccl))
+    if wanted and check.status == PASS:
+        check = replace(check, detail=check.detail.replace(
+            "NCCL_NET_PLUGIN=(unset)", f"NCCL_NET_PLUGIN={wanted}"))
+    return check
+
+
+def check_rccl_network(log_text: str | None, slingshot: bool, nodes: int | None = None
+                       ) -> Check:
+    """Which network RCCL chose: the NCCL log check (RCCL prints NCCL's lines)."""
+    return _rccl(nccl.check_nccl_network(log_text, slingshot, nodes))
