@@ -17,6 +17,7 @@ from typing import Any
 from torchmpi import __version__, runtime
 from torchmpi.container.plan import (
     CE_HOOK_VARIANT,
+    HOST_LD_PATH,
     PLUGIN_DIR,
     PODMAN_HPC_SYSTEM_BINDS,
     Plan,
@@ -125,6 +126,17 @@ def _command(site: Site) -> str:
     return f' "$image" {_in_container(site)}"$@"'
 
 
+def _ld_path(dirs: list[str]) -> str:
+    """``LD_LIBRARY_PATH=...`` as one shell word; :data:`HOST_LD_PATH` stays unquoted
+    so that the host's value at launch (the centre's modules) is expanded there."""
+    if HOST_LD_PATH not in dirs:
+        return shlex.quote("LD_LIBRARY_PATH=" + ":".join(dirs))
+    at = dirs.index(HOST_LD_PATH)
+    head, tail = ":".join(dirs[:at]), ":".join(dirs[at + 1:])
+    return (shlex.quote(f"LD_LIBRARY_PATH={head}:") + f'"{HOST_LD_PATH}"'
+            + (shlex.quote(f":{tail}") if tail else ""))
+
+
 def _inject_block(p: Plan, bind_flag: str, env_flag: str) -> list[str]:
     """Shell lines that fill the ``inject`` array: binds, LD_LIBRARY_PATH, LD_PRELOAD."""
     if not (p.binds or p.lib_path or p.preload):
@@ -133,11 +145,10 @@ def _inject_block(p: Plan, bind_flag: str, env_flag: str) -> list[str]:
     for host, inside in p.binds:
         lines.append(f"  inject+=({bind_flag} {shlex.quote(f'{host}:{inside}:ro')})")
     if p.lib_path:
-        path = ":".join(p.lib_path)
-        lines.append(f"  inject+=({env_flag} {shlex.quote('LD_LIBRARY_PATH=' + path)})")
+        lines.append(f"  inject+=({env_flag} {_ld_path(p.lib_path)})")
     if p.preload:
         lines.append(f"  inject+=({env_flag} {shlex.quote('LD_PRELOAD=' + ':'.join(p.preload))})")
-    if p.runtime == "apptainer":
+    if p.runtime == "apptainer" and PLUGIN_DIR in p.lib_path:
         lines += ['  if [ -n "${TORCHMPI_PLUGIN_LIB:-}" ]; then',
                   f'    inject+=({bind_flag} "$TORCHMPI_PLUGIN_LIB:{PLUGIN_DIR}:ro")',
                   '  fi']
@@ -181,6 +192,17 @@ def apptainer_sh(site: Site, p: Plan) -> str:
             "(the torchmpi install's; without it the image's own plugin of the same pair).",
             "Launch: mpiexec -n N --ppn 4 --no-transfer ./run.sh python train.py",
             f"TORCHMPI_IMAGE: the .sif (default {site.name}.sif)."]
+    if p.launch:
+        mpi = site.data["mpi"]
+        what = [f"Apptainer wrapper for '{site.name}' (bind model): the centre's {mpi['kind']}"
+                f" {mpi.get('version', '')}",
+                f"({', '.join(mpi.get('modules') or [mpi['prefix']])}; load it before launching)"
+                " replaces the image's of the same release;",
+                "its trees are bound at their own paths, the job's LD_LIBRARY_PATH follows.",
+                *([f"TORCHMPI_PLUGIN_LIB: lib dir of the site's aws-ofi-nccl {p.nccl['plugin']}."]
+                  if p.nccl.get("plugin") else []),
+                f"Launch: {p.launch}",
+                f"TORCHMPI_IMAGE: the .sif (default {site.name}.sif)."]
     body = _inject_block(p, "--bind", "--env")
     body.append('exec apptainer exec --nv --bind /run "${inject[@]}" '
                 + " ".join(_env_args(site, "--env", "apptainer", p.env)) + _command(site))

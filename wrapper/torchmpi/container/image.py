@@ -117,6 +117,8 @@ def spack_yaml(site: Site, p: Plan) -> str:
                             " libfabric and xpmem under it." if p.runtime == "ce"
                             else "an ABI stand-in; the host's Cray MPICH (lib-abi-mpich)"
                             " replaces it at run time." if p.mpi.startswith("mpich")
+                            else "the centre's release; the centre's own Open MPI, bound"
+                            " in, replaces it at run time." if p.launch
                             else "built in the image, nothing injected."),
         "shared_linking runpath: LD_LIBRARY_PATH (the injected host libraries) outranks",
         "the image's own library paths (DT_RPATH would not let it).",

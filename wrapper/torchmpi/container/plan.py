@@ -114,6 +114,18 @@ INJECTS_PLUGIN = {
 }
 #: Runtimes that inject the host's Cray MPICH (lib-abi-mpich) and libfabric.
 INJECTS_CRAY = ("podman-hpc", "shifter", "apptainer")
+#: ``mpi.kind`` values apptainer also binds from the host: a centre's own Open MPI
+#: (``mpi.prefix``), bound over an image Open MPI of the same release, the bind
+#: model of Apptainer's user guide ("Apptainer and MPI applications": the host's
+#: MPI mounted into the container, which must be compatible with it), launched by
+#: the centre's srun or mpirun as its MPI docs say.
+APPTAINER_HOST_MPI = ("openmpi",)
+#: In ``Plan.lib_path``: the host's LD_LIBRARY_PATH at launch (what the centre's
+#: MPI, UCX and CUDA modules put there), expanded by the wrapper, not here.
+HOST_LD_PATH = "${LD_LIBRARY_PATH:-}"
+#: The host's InfiniBand verbs configuration and providers (RHEL-family paths), bound
+#: at their own paths for UCX and NCCL's verbs transport in a bound-in host MPI.
+IB_VERBS_DIRS = ("/etc/libibverbs.d", "/usr/lib64/libibverbs")
 
 
 @dataclass
@@ -135,6 +147,8 @@ class Plan:
     env: dict[str, str] = field(default_factory=dict)
     #: (version, name) of the CE netstack artifact the EDF pins.
     netstack: tuple[str, str] | None = None
+    #: How the ranks are started, for the descriptor's header (empty: the runtime's own).
+    launch: str = ""
 
 
 def generic_target(site: Site) -> str:
@@ -224,11 +238,12 @@ def plan(site: Site) -> Plan:
     if rt == "ce" and fabric != "slingshot":
         raise UserError(f"{where}.runtime: ce injects CSCS's Slingshot network stack;"
                         f" fabric is {fabric}: use runtime podman")
-    if rt in INJECTS_CRAY and kind != "cray-mpich":
+    host_mpi = rt == "apptainer" and kind in APPTAINER_HOST_MPI
+    if rt in INJECTS_CRAY and kind != "cray-mpich" and not host_mpi:
         raise UserError(f"{where}.runtime: {rt} injects the host's Cray MPICH (lib-abi-mpich)"
                         f" and libfabric; mpi.kind is {kind}: use runtime podman")
     if rt in INJECTS_CRAY and not d["mpi"].get("prefix"):
-        raise UserError(f"{where}.runtime: {rt} binds Cray MPICH's lib-abi-mpich from"
+        raise UserError(f"{where}.runtime: {rt} binds the host's MPI from"
                         " mpi.prefix, which the site file does not give")
     if fabric == "slingshot" and not site.gpu:
         raise UserError(f"{where}: fabric slingshot needs a GPU site (the NCCL plugin)")
@@ -264,6 +279,9 @@ def plan(site: Site) -> Plan:
     if kind == "cray-mpich":
         mpi = ((CE_MPICH if rt == "ce" else CRAY_STANDIN)
                + (f" +cuda cuda_arch={site.cuda_arch}" if cuda_aware else " ~cuda"))
+    elif host_mpi and d["mpi"].get("version"):
+        # The centre's release, so that its libmpi replaces the image's (same ABI).
+        mpi = f"{kind}@{d['mpi']['version']}"
     elif kind in ("openmpi-cuda", "openmpi"):
         mpi = kind
     else:
@@ -275,7 +293,9 @@ def plan(site: Site) -> Plan:
         out.netstack = _netstack(site, nccl.get("plugin"))
         if cuda_aware:
             out.env.update(CE_HMEM)
-    if rt in ("podman-hpc", "apptainer"):
+    if host_mpi:
+        _bind_centre_mpi(site, out)
+    elif rt in ("podman-hpc", "apptainer"):
         # The whole Cray tree at its own path, as NCAR binds it (--bind /opt/cray), so
         # every RUNPATH and link inside it resolves as on the host; the host's
         # /usr/lib64 last (run_fasteddy_container.pbs).  Under a test's stand-in root
@@ -320,6 +340,44 @@ def plan(site: Site) -> Plan:
             # (TORCHMPI_PLUGIN_LIB); a directory that is absent costs nothing.
             out.lib_path.insert(0, PLUGIN_DIR)
     return out
+
+
+def _bind_centre_mpi(site: Site, out: Plan) -> None:
+    """Apptainer's bind model for a centre's own Open MPI.
+
+    The trees in ``container.mounts`` (where the centre's MPI and what it NEEDs
+    were installed: a Spack tree's RUNPATHs, an EasyBuild stage) and ``mpi.prefix``
+    are bound at their own paths; the MPI's lib directory, the site's libfabric
+    (Slingshot) and the host's LD_LIBRARY_PATH of the job (the centre's modules:
+    UCX, PMIx, CUDA) come before the image's libraries, the host's /usr/lib64
+    (libibverbs, libcxi) last, as in NCAR's bind model.
+    """
+    d = site.data
+    prefix = str(d["mpi"]["prefix"])
+    mounts = [str(m) for m in (d["container"].get("mounts") or [])]
+    for mount in mounts:
+        out.binds.append((mount, mount))
+    if not any(Path(prefix).is_relative_to(m) for m in mounts):
+        out.binds.append((prefix, prefix))
+    if d["fabric"] == "slingshot":  # the site's native aws-ofi-nccl, as for Cray MPICH
+        out.lib_path.append(PLUGIN_DIR)
+    out.lib_path.append(f"{prefix}/lib")
+    if d["fabric"] == "ib":
+        # The host's libibverbs (from /usr/lib64, below) reads its provider list in
+        # /etc/libibverbs.d and loads the providers from the directory it was built
+        # with (rdma-core: IBV_CONFIG_DIR, VERBS_PROVIDER_DIR); the image has neither.
+        out.binds += [(x, x) for x in IB_VERBS_DIRS]
+    libfabric = (d.get("libfabric") or {}).get("prefix")
+    if libfabric:
+        if not any(Path(libfabric).is_relative_to(m) for m in mounts):
+            out.binds.append((str(libfabric), str(libfabric)))
+        out.lib_path.append(f"{libfabric}/lib64")
+    out.lib_path.append(HOST_LD_PATH)
+    out.binds.append(("/usr/lib64", HOST_LIB64))
+    out.lib_path.append(HOST_LIB64)
+    # The site's own launch (docs/sites.md, launch): srun, or the MPI's mpirun.
+    word = d.get("launch") or ("srun" if d["launcher"] == "slurm" else "mpiexec")
+    out.launch = f"{word} -n N ./run.sh python train.py"
 
 
 def _cuda_version(site: Site) -> str | None:
