@@ -129,6 +129,24 @@ def test_amd_node_libraries_match_the_manifest(nodes) -> None:
         assert runpath == (want if entry.get("runpath") else []), (key, runpath)
 
 
+@pytest.mark.parametrize(("kind", "other", "soname"), [
+    ("amd-gpu", "gpu", "libcuda.so.1"), ("gpu", "amd-gpu", "libhsa-runtime64.so.1"),
+    ("login", "amd-gpu", "libamdhip64.so.6")])
+def test_a_node_hides_the_hosts_gpu_runtimes_it_lacks(nodes, kind, other, soname) -> None:
+    """A runtime ld.so would find after the node's search path (the host's, on a GPU
+    test machine: here another node's) is not found: an AMD node has no CUDA driver,
+    an NVIDIA or login node no ROCm, whatever the host has."""
+    host = nodes[other].path({"libcuda.so.1": "libcuda", "libhsa-runtime64.so.1":
+                              "libhsa-runtime64", "libamdhip64.so.6": "libamdhip64"}[soname])
+    env = nodes[kind].env()
+    env["LD_LIBRARY_PATH"] += ":" + str(host.parent)
+    code = f"import ctypes\nctypes.CDLL({soname!r})\nprint('found')\n"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, check=False, timeout=60)
+    assert proc.returncode != 0 and "found" not in proc.stdout, proc.stdout
+    assert soname in proc.stderr, proc.stderr
+
+
 def test_rocm_is_on_amd_gpu_nodes_only(nodes) -> None:
     amd, gpu, login = nodes["amd-gpu"], nodes["gpu"], nodes["login"]
     assert amd.has("libhsa-runtime64") and amd.has("libamdhip64") and not amd.has("libcuda")

@@ -12,7 +12,9 @@ plus the search path ld.so would use there (:meth:`Node.env`).  A ``login``
 node has no CUDA driver, and hides the host's if the host has one (an empty
 ``libcuda.so.1`` first on the search path: ld.so stops at it with "file too
 short" instead of searching on into ld.so.cache), so tests that model a node
-without a driver mean the same on a GPU machine.
+without a driver mean the same on a GPU machine.  Every node type hides so the
+GPU runtimes it lacks (:data:`HIDDEN_WHEN_ABSENT`): an AMD node the CUDA
+driver, an NVIDIA or login node ROCm's HSA and HIP runtimes.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ import yaml
 MANIFEST = Path(__file__).resolve().parents[1] / "fixtures" / "cray_ex" / "manifest.yaml"
 #: The directory, under a login node's root, that hides any host CUDA driver.
 HIDE_DRIVER = "torchmpi-test/no-driver"
+#: GPU runtimes a node type without them must not find on the host either (an
+#: NVIDIA or AMD test machine): empty files of their sonames in :data:`HIDE_DRIVER`.
+HIDDEN_WHEN_ABSENT = ("libcuda", "libhsa-runtime64", "libamdhip64")
 
 #: libmpi's MPI_Init: refuses GPU support unless a GTL symbol was bound when libmpi
 #: loaded (Cray's message, quoted in eth-cscs/cscs-docs#40).
@@ -84,7 +89,7 @@ class Node:
         ``modules`` (manifest ``nodes.modules``) loaded."""
         dirs = [str(self.at(d)) for m in modules for d in self.modules[m]]
         dirs += [str(self.at(d)) for d in self.search]
-        if self.kind == "login":
+        if (self.root / HIDE_DRIVER).is_dir():
             dirs.insert(0, str(self.root / HIDE_DRIVER))
         return os.pathsep.join(dirs)
 
@@ -194,8 +199,10 @@ def build(root: Path, kind: str, mounted: bool = False) -> Node:
     for key, entry in libraries.items():
         if kind not in entry.get("nodes", data["nodes"]["types"]):
             node.path(key).unlink()
-    if kind == "login":
-        hide = root / HIDE_DRIVER
-        hide.mkdir(parents=True, exist_ok=True)
-        (hide / soname(libraries["libcuda"])).write_bytes(b"")
+    for key in HIDDEN_WHEN_ABSENT:
+        entry = libraries.get(key)
+        if entry and kind not in entry.get("nodes", data["nodes"]["types"]):
+            hide = root / HIDE_DRIVER
+            hide.mkdir(parents=True, exist_ok=True)
+            (hide / soname(entry)).write_bytes(b"")
     return node
