@@ -4,9 +4,10 @@ The plan binds the centre's trees at their own paths and puts the centre's Open
 MPI, the site's libfabric (Slingshot) and the job's LD_LIBRARY_PATH (what the
 centre's modules set) before the image's libraries; the image carries an Open MPI
 of the centre's release.  The wrapper runs for real in bash with a stand-in
-``apptainer`` on PATH that records its arguments (Apptainer cannot be installed
-on this host: docs/testing.md), so the shell's quoting and the expansion of the
-job's LD_LIBRARY_PATH are what is checked, not the text alone.
+``apptainer`` on PATH that records its arguments (Apptainer has no Debian 12
+package and no PyPI wheel, so the suite's hosts lack it), so the shell's quoting
+and the expansion of the job's LD_LIBRARY_PATH are what is checked, not the text
+alone.
 """
 
 from __future__ import annotations

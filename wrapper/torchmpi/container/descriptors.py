@@ -182,6 +182,22 @@ def podman_sh(site: Site, p: Plan, devices: bool = False) -> str:
     return _script(site, what, body)
 
 
+def _centre_mpi_what(site: Site, p: Plan) -> list[str]:
+    """The wrapper's header where it binds a centre's own Open MPI (plan.APPTAINER_HOST_MPI)."""
+    mpi = site.data["mpi"]
+    modules = ", ".join(mpi.get("modules") or [mpi["prefix"]])
+    plugin = p.nccl.get("plugin")
+    return [
+        f"Apptainer wrapper for '{site.name}' (bind model): the centre's {mpi['kind']}"
+        + f" {mpi.get('version', '')}",
+        f"({modules}; load it before launching) replaces the image's of the same release;",
+        "its trees are bound at their own paths, the job's LD_LIBRARY_PATH follows.",
+        *([f"TORCHMPI_PLUGIN_LIB: lib dir of the site's aws-ofi-nccl {plugin}."]
+          if plugin else []),
+        f"Launch: {p.launch}",
+        f"TORCHMPI_IMAGE: the .sif (default {site.name}.sif)."]
+
+
 def apptainer_sh(site: Site, p: Plan) -> str:
     """NCAR's bind model (NCAR/hpc-demos containers/tutorial/apptainer/FastEddy/
     run_fasteddy_container.pbs): /run for Cray MPICH's launch, the host libraries first."""
@@ -193,16 +209,7 @@ def apptainer_sh(site: Site, p: Plan) -> str:
             "Launch: mpiexec -n N --ppn 4 --no-transfer ./run.sh python train.py",
             f"TORCHMPI_IMAGE: the .sif (default {site.name}.sif)."]
     if p.launch:
-        mpi = site.data["mpi"]
-        what = [f"Apptainer wrapper for '{site.name}' (bind model): the centre's {mpi['kind']}"
-                f" {mpi.get('version', '')}",
-                f"({', '.join(mpi.get('modules') or [mpi['prefix']])}; load it before launching)"
-                " replaces the image's of the same release;",
-                "its trees are bound at their own paths, the job's LD_LIBRARY_PATH follows.",
-                *([f"TORCHMPI_PLUGIN_LIB: lib dir of the site's aws-ofi-nccl {p.nccl['plugin']}."]
-                  if p.nccl.get("plugin") else []),
-                f"Launch: {p.launch}",
-                f"TORCHMPI_IMAGE: the .sif (default {site.name}.sif)."]
+        what = _centre_mpi_what(site, p)
     body = _inject_block(p, "--bind", "--env")
     body.append('exec apptainer exec --nv --bind /run "${inject[@]}" '
                 + " ".join(_env_args(site, "--env", "apptainer", p.env)) + _command(site))
