@@ -110,7 +110,7 @@ def test_one_torch_with_the_mpi_backend(solves: Solves, name: str) -> None:
     assert variants["cuda"] is bool(res.site.gpu)
     assert bool(variants.get("cuda_aware_mpi")) is _cuda_aware(res.site)
     if res.site.gpu:
-        assert variants["cuda_arch"] == [res.site.cuda_arch]
+        assert variants["cuda_arch"] == res.site.cuda_archs  # [80, 86] on Delta
     assert lock.root_mismatches() == []
     assert sorted(n.name for n in lock.roots) == sorted(
         r.split()[0] for r in container.roots(res.site, res.plan))
@@ -134,6 +134,12 @@ def test_mpi_is_the_stand_in_or_the_images_own(solves: Solves, name: str) -> Non
         assert mpi.variants["cuda"] is _cuda_aware(res.site)
         if _cuda_aware(res.site):
             assert mpi.variants["cuda_arch"] == [res.site.cuda_arch]
+    elif res.plan.launch:  # apptainer binds the centre's Open MPI over the image's
+        want = res.site.data["mpi"]
+        assert (mpi.name, mpi.version) == (want["kind"], want["version"])
+        assert res.plan.mpi == f"{want['kind']}@{want['version']}"
+        if _cuda_aware(res.site):  # torch's MPI backend takes CUDA tensors in the image too
+            assert mpi.variants["cuda"] is True
     else:
         assert mpi.name == res.site.data["mpi"]["kind"] == res.plan.mpi
         assert mpi.name in ("openmpi", "openmpi-cuda")

@@ -33,7 +33,10 @@ from torchmpi.lock import root_name
 pytestmark = pytest.mark.spack
 
 LMOD_INIT = Path(os.environ.get("TORCHMPI_LMOD_INIT", "/usr/share/lmod/lmod/init/bash"))
-SITES = ("local", "derecho")
+SITES = ("local", "derecho", "delta")
+#: Sites whose MPI is the centre's own module (``mpi.modules``): NCAR's Cray MPICH,
+#: NCSA's Spack-built Open MPI (Delta: a non-Cray centre MPI on Lmod).
+CENTRE_SITES = ("derecho", "delta")
 #: Variables the packages' own run environments set (aws-ofi-nccl, nccl-ss11, py-torch-mpi).
 PACKAGE_VARS = ("NCCL_NET", "NCCL_CROSS_NIC", "NCCL_NET_GDR_LEVEL", "FI_CXI_DISABLE_HOST_REGISTER",
                 "FI_MR_CACHE_MONITOR", "FI_CXI_DEFAULT_CQ_SIZE", "MPICH_GPU_SUPPORT_ENABLED")
@@ -400,12 +403,13 @@ def test_module_avail_shows_only_what_a_user_picks(spack, deployed, name) -> Non
         assert "-cuda" in version and version.endswith(dep.site.gpu["cuda"]["spec"].split("@")[1])
 
 
-def test_the_centres_mpi_module_stays_loaded(spack, deployed) -> None:
+@pytest.mark.parametrize("name", CENTRE_SITES)
+def test_the_centres_mpi_module_stays_loaded(spack, deployed, name) -> None:
     """NCAR loads its cray-mpich/8.1.27 by default and excludes cray-mpich from
     its own Spack modules: after docs/users.md's steps the centre's module is
     the one loaded (the tree has none of that name), and py-torch-mpi's module
     is loaded with the site's runtime variables."""
-    dep = deployed["derecho"]
+    dep = deployed[name]
     mpi = dep.site.data["mpi"]
     own = [p for p in dep.modules_root.rglob("*.lua") if p.parent.name == mpi["kind"]]
     assert not own, f"the tree shadows the centre's {mpi['kind']}: {own}"
@@ -420,11 +424,12 @@ def test_the_centres_mpi_module_stays_loaded(spack, deployed) -> None:
     assert {k: got.get(k) for k in expected} == expected
 
 
-def test_py_torch_mpi_loads_the_centres_mpi_itself(spack, deployed) -> None:
+@pytest.mark.parametrize("name", CENTRE_SITES)
+def test_py_torch_mpi_loads_the_centres_mpi_itself(spack, deployed, name) -> None:
     """Nothing loaded: py-torch-mpi loads the centre's MPI module (the version it
     was built with); another version loaded: Lmod swaps it for that one; the
     centre's tree absent: the load fails and names the module it needs."""
-    dep = deployed["derecho"]
+    dep = deployed[name]
     want = dep.site.data["mpi"]["modules"][0]
     name = want.split("/")[0]
     base = f"module use {dep.centre}\nmodule use {dep.core()}\n"
@@ -438,7 +443,7 @@ def test_py_torch_mpi_loads_the_centres_mpi_itself(spack, deployed) -> None:
     assert want in " ".join((proc.stdout + proc.stderr).split()), proc.stderr
 
 
-@pytest.mark.parametrize("name", [n for n in SITES if n != "derecho"])
+@pytest.mark.parametrize("name", [n for n in SITES if n not in CENTRE_SITES])
 def test_py_torch_mpi_needs_its_mpi_module_first(spack, deployed, name) -> None:
     dep = deployed[name]
     proc = _bash(spack, f"module use {dep.core()}\nmodule load py-torch-mpi\n", check=False)

@@ -105,8 +105,9 @@ def test_site_concretizes_to_one_torch_on_the_sites_mpi(solved, name) -> None:
     plugin = lock.named("aws-ofi-nccl")
     if site.gpu:
         assert len(ncc) == 1, [n.label for n in ncc]
-        assert torch.variants.get("cuda_arch") == [site.cuda_arch]
-        assert ncc[0].variants.get("cuda_arch") == [site.cuda_arch]
+        # One architecture per GPU model ([80, 86] on Delta: A100 and A40).
+        assert torch.variants.get("cuda_arch") == site.cuda_archs
+        assert ncc[0].variants.get("cuda_arch") == site.cuda_archs
         want_aware = d["mpi"].get("cuda_aware", True)
         assert torch.variants.get("cuda_aware_mpi") is want_aware
     else:
