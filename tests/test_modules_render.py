@@ -47,7 +47,11 @@ def test_three_renderings_of_the_runtime_agree(name: str, tmp_path: Path) -> Non
     """runtime.sh, spack.yaml env_vars and the py-torch-mpi module: one mapping."""
     site = sitemod.load(name)
     files = _rendered(site, tmp_path)
-    expected = runtime.environment(site.data)
+    resolved = runtime.resolve(site.data)
+    # by_nodes values (OLCF's NCCL_NET) branch on the job's node count: runtime.sh only.
+    expected = dict(resolved.set)
+    branches = [s for s in files["runtime.sh"].splitlines() if s.startswith("if ")]
+    assert len(branches) == len(resolved.by_nodes)
     mods = yaml.safe_load(files["modules.yaml"])["modules"]["default"]["lmod"]
     assert mods["py-torch-mpi"]["environment"]["set"] == expected
     assert yaml.safe_load(files["spack.yaml"])["spack"]["env_vars"]["set"] == expected

@@ -100,5 +100,7 @@ def test_the_root_spec_is_built_once(name: str) -> None:
 
     site = sitemod.load(name)
     assert spackenv.roots(site)[0].startswith(site.root_spec)
+    if "container" not in site.data:  # an AMD site: no image yet (tests/test_container.py)
+        return
     p = container.plan(site)
     assert container.roots(site, p)[0] == f"{site.root_spec} target={p.target}"

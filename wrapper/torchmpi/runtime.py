@@ -55,6 +55,9 @@ class Runtime:
     append_path: dict[str, str] = field(default_factory=dict)
     #: (what, where the values come from), for the comments of runtime.sh.
     sources: list[tuple[str, str]] = field(default_factory=list)
+    #: name -> (value when the job spans nodes, value on one node): runtime.sh only
+    #: (a module or env_vars cannot branch); OLCF's NCCL_NET on Frontier.
+    by_nodes: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def spack(self) -> dict[str, dict[str, str]]:
         """Spack's environment-modification mapping (modules ``environment``, ``env_vars``)."""
@@ -63,7 +66,7 @@ class Runtime:
         return {op: dict(values) for op, values in out.items() if values}
 
     def __bool__(self) -> bool:
-        return bool(self.set or self.prepend_path or self.append_path)
+        return bool(self.set or self.prepend_path or self.append_path or self.by_nodes)
 
 
 @cache
@@ -93,6 +96,40 @@ def launcher_flags() -> tuple[dict[str, str], ...]:
     return tuple(out)
 
 
+@cache
+def _fabric_file(fabric: str) -> dict[str, Any]:
+    ref = resources.files("torchmpi").joinpath("data", "fabrics", f"{fabric}.yaml")
+    return yaml.safe_load(ref.read_text(encoding="utf-8")) or {}
+
+
+def vendor_layer(data: dict[str, Any], out: Runtime) -> None:
+    """The fabric file's ``vendors.<vendor>`` values, then its ``centres.<runtime.centre>``.
+
+    What only one GPU vendor's collective library takes on the fabric (AMD's
+    ``HSA_FORCE_FINE_GRAIN_PCIE``), and what a centre documents on top for
+    that vendor (OLCF's ``FI_MR_CACHE_MONITOR=kdreg2``), each value with its
+    source; ``multi_node_only`` values leave ``set`` for :attr:`Runtime.by_nodes`.
+    NVIDIA has no block, so NVIDIA sites resolve as before.
+    """
+    from torchmpi import gpuvendor
+
+    fabric, vendor = data.get("fabric"), gpuvendor.of(data)
+    block = ((_fabric_file(fabric).get("vendors") or {}).get(vendor) or {}) if fabric else {}
+    centre_name = (data.get("runtime") or {}).get("centre")
+    centre = (block.get("centres") or {}).get(centre_name) or {}
+    for what, layer in ((f"{vendor} GPUs on {fabric}", block),
+                        (f"centre defaults ({centre_name}, {vendor} GPUs)", centre)):
+        env = layer.get("env") or {}
+        out.set.update((k, str(v["value"])) for k, v in env.items())
+        for name, rule in (layer.get("multi_node_only") or {}).items():
+            out.set.pop(name, None)
+            out.by_nodes[name] = (str(rule["value"]), str(rule["single_node"]))
+        cited = dict.fromkeys(str(v["source"]) for v in
+                              [*env.values(), *(layer.get("multi_node_only") or {}).values()])
+        if cited:
+            out.sources.append((what, "; ".join(cited)))
+
+
 def cray_gpu_switch(data: dict[str, Any]) -> str | None:
     """The value MPICH_GPU_SUPPORT_ENABLED must have on this site, or None if it does not apply.
 
@@ -116,6 +153,7 @@ def resolve(data: dict[str, Any]) -> Runtime:
         out.set.update(defaults)
         if defaults:
             out.sources.append((f"fabric defaults ({fabric})", source))
+        vendor_layer(data, out)
     site = data.get("runtime") or {}
     out.set.update((k, str(v)) for k, v in (site.get("env") or {}).items())
     for op in PATH_OPS:
@@ -127,13 +165,16 @@ def resolve(data: dict[str, Any]) -> Runtime:
     return out
 
 
-def environment(data: dict[str, Any]) -> dict[str, str]:
-    """The variables a job has after sourcing runtime.sh (``set`` only), in order.
+def environment(data: dict[str, Any], nodes: int = 1) -> dict[str, str]:
+    """The variables a job on ``nodes`` nodes has after sourcing runtime.sh, in order
+    (``set``, then each :attr:`Runtime.by_nodes` value for that node count).
 
     A site that states a contradicting switch value is rejected earlier, in
     site validation (:mod:`torchmpi.checks.mpi` and :mod:`torchmpi.checks.runtime`).
     """
-    return dict(resolve(data).set)
+    rt = resolve(data)
+    return {**rt.set, **{k: multi if nodes > 1 else single
+                         for k, (multi, single) in rt.by_nodes.items()}}
 
 
 def shell_lines(rt: Runtime) -> list[str]:
@@ -147,6 +188,10 @@ def shell_lines(rt: Runtime) -> list[str]:
     for key, value in rt.append_path.items():
         name = _name(key)
         lines.append(f'export {name}="${{{name}:+${name}:}}"{shlex.quote(value)}')
+    for key, (multi, single) in rt.by_nodes.items():
+        name = _name(key)
+        lines.append(f'if [ "${{SLURM_JOB_NUM_NODES:-1}}" -gt 1 ]; then export {name}='
+                     f'{shlex.quote(multi)}; else export {name}={shlex.quote(single)}; fi')
     return lines
 
 

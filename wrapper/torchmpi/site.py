@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchmpi import detect, paths, torches
+from torchmpi import detect, gpuvendor, paths, torches
 from torchmpi.autokeys import AUTO_KEYS, LOCAL, auto_keys
 from torchmpi.checks import validate
 from torchmpi.checks.gpu import cuda_archs
@@ -70,18 +70,42 @@ class Site:
         return gpu if isinstance(gpu, dict) else None
 
     @property
+    def gpu_vendor(self) -> str | None:
+        """``nvidia`` (the schema's default) or ``amd``; None on a CPU-only site."""
+        return gpuvendor.of(self.data)
+
+    @property
+    def rocm(self) -> dict[str, Any] | None:
+        """An AMD site's ``gpu.rocm`` (version, prefix, modules), else None."""
+        return self.gpu.get("rocm") if self.gpu and self.gpu_vendor == "amd" else None
+
+    @property
+    def amdgpu_targets(self) -> list[str]:
+        """An AMD site's GPU targets (``['gfx90a']``); empty otherwise."""
+        return gpuvendor.amdgpu_targets(self.gpu) if self.rocm else []
+
+    @property
+    def gtl_library(self) -> str | None:
+        """Cray's GTL for this site's GPUs (``libmpi_gtl_cuda``, ``libmpi_gtl_hsa``),
+        from data/gpu_vendors.yaml; None on a CPU-only site."""
+        return gpuvendor.gtl(self.gpu_vendor) if self.gpu_vendor else None
+
+    @property
     def cuda_archs(self) -> list[str]:
         """The site's CUDA architectures, one per GPU model (``[80, 86]``, ``'80,86'``)."""
-        return cuda_archs(self.gpu) if self.gpu else []
+        return cuda_archs(self.gpu) if self.gpu and self.gpu_vendor == "nvidia" else []
+
 
     @property
     def cuda_arch(self) -> str | None:
         """``cuda_arch`` as Spack writes the variant: ``80``, or ``80,86`` for several."""
-        return ",".join(self.cuda_archs) if self.gpu else None
+        return ",".join(self.cuda_archs) if self.cuda_archs else None
 
     @property
     def sm_arch(self) -> str | None:
         """The architectures as NVIDIA names them for people and ReFrame: ``sm_80,sm_86``."""
+        if self.amdgpu_targets:  # AMD names its architectures so (ReFrame's device arch)
+            return ",".join(self.amdgpu_targets)
         return ",".join(f"sm_{a}" for a in self.cuda_archs) if self.gpu else None
 
     @property
@@ -111,7 +135,10 @@ class Site:
         """The ``py-torch-mpi`` root every environment of the site installs (native and
         container), before the target and torch release each adds."""
         root = "py-torch-mpi"
-        if self.gpu:
+        if self.amdgpu_targets:
+            root += f" ~cuda +rocm amdgpu_target={','.join(self.amdgpu_targets)}"
+            root += " +cuda_aware_mpi" if self.torch_cuda_aware else " ~cuda_aware_mpi"
+        elif self.gpu:
             root += f" +cuda cuda_arch={self.cuda_arch}"
             # Explicit either way: the solver does not have to honour a variant default.
             root += " +cuda_aware_mpi" if self.torch_cuda_aware else " ~cuda_aware_mpi"

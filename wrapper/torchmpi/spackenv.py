@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from torchmpi import pairs, paths, runtime, torches
+from torchmpi import gpuvendor, pairs, paths, runtime, torches
 from torchmpi.lock import root_name as package_name
 from torchmpi.site import Site
 from torchmpi.yamltext import Block, Part, comment
@@ -76,11 +76,17 @@ def externals(site: Site) -> dict[str, dict[str, Any]]:
     mpi = d["mpi"]
     if mpi.get("prefix") or mpi.get("modules"):
         spec = mpi_requirement(d)
-        if mpi["kind"] == "cray-mpich":  # a CudaPackage: GTL and cuda_arch must match
+        if mpi["kind"] == "cray-mpich" and site.amdgpu_targets:  # GTL for HSA: ROCmPackage
+            spec += f" ~cuda +rocm amdgpu_target={','.join(site.amdgpu_targets)}"
+        elif mpi["kind"] == "cray-mpich":  # a CudaPackage: GTL and cuda_arch must match
             spec += f" +cuda cuda_arch={site.cuda_arch}" if site.gpu else " ~cuda"
         elif mpi.get("variants"):  # what the centre's MPI is, e.g. +cuda (docs/sites.md)
             spec += f" {mpi['variants']}"
         add({"spec": spec, "prefix": mpi.get("prefix"), "modules": mpi.get("modules")}, False)
+    if site.rocm:  # one prefix, several Spack packages (data/gpu_vendors.yaml)
+        for name in gpuvendor.table()["amd"]["rocm_components"]:
+            add({"spec": f"{name}@{site.rocm['version']}", "prefix": site.rocm["prefix"],
+                 "modules": site.rocm.get("modules")}, buildable=False)
     if site.gpu:
         for key in ("cuda", "cudnn"):
             if site.gpu.get(key):
@@ -218,7 +224,8 @@ def packages_yaml(site: Site) -> tuple[list[Part], dict[str, Any]]:
         "mpi": {"require": [mpi_requirement(d)]},
     }
     nccl = dict(d.get("nccl") or {})
-    chosen = pairs.choose(nccl) if d["fabric"] == "slingshot" else None
+    # An AMD site's RCCL is its ROCm release: the plugin is the one vouched with it.
+    chosen = pairs.choose(nccl) if d["fabric"] == "slingshot" and not site.rocm else None
     picked = chosen is not None and (chosen.nccl, chosen.plugin) != (
         nccl.get("version"), nccl.get("plugin"))
     if chosen is not None:
@@ -228,6 +235,11 @@ def packages_yaml(site: Site) -> tuple[list[Part], dict[str, Any]]:
         pins["nccl"] = {"require": [f"@{nccl['version']}"]}
     if nccl.get("plugin"):
         pins["aws-ofi-nccl"] = {"require": [f"@{nccl['plugin']}"]}
+    rccl = gpuvendor.rccl_pair(site.rocm["version"]) if site.rocm else None
+    if rccl and d["fabric"] == "slingshot":
+        pins["aws-ofi-nccl"] = {"require": [f"@{rccl[1]}"]}
+    else:
+        rccl = None
     optional = {
         "py-networkx": {"require": ["~default"]},
         "py-torch": {"require": ["~valgrind"]},
@@ -247,7 +259,11 @@ def packages_yaml(site: Site) -> tuple[list[Part], dict[str, Any]]:
         "packages:\n",
         Block(reqs, 2),
     ]
-    if pins:
+    if rccl:
+        why = [f"The aws-ofi-nccl plugin that {rccl[2]} ran with RCCL {rccl[0]} (ROCm's",
+               "release) on Slingshot (nccl-ss11's VOUCHED_RCCL_PAIRS, docs/design.md)."]
+        parts += [comment(*why, indent=2), Block(pins, 2)]
+    elif pins:
         why = ["The site's NCCL."]
         if nccl.get("plugin"):
             why = ["The site's NCCL and aws-ofi-nccl plugin: a pair a source vouches for",

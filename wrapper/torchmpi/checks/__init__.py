@@ -32,6 +32,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from torchmpi import gpuvendor
 from torchmpi.autokeys import LOCAL, auto_keys
 from torchmpi.checks import (
     compilers,
@@ -52,7 +53,7 @@ from torchmpi.sitefile import _fmt_path, _nearest
 
 #: The rule modules, each answering for the keys its name says.
 RULES = (targets, compilers, gpu, mpi, network, launch, runtime, uenv, container,
-         torch_versions)
+         torch_versions, gpuvendor)
 
 
 def _auto(data: dict[str, Any]) -> list[Problem]:

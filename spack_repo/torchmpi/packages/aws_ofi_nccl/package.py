@@ -21,6 +21,15 @@ class AwsOfiNccl(BuiltinAwsOfiNccl):
 
     license("Apache-2.0")
 
+    # The plugin OLCF builds for RCCL on Frontier (olcf/olcf-user-docs@f0571fe
+    # software/analytics/pytorch_frontier.rst:649-650, the v1.19.2 release), one
+    # of nccl-ss11's VOUCHED_RCCL_PAIRS; builtin stops at 1.19.0.  From the tag's
+    # commit (git: builtin's `git`), since the release tarball's checksum is not
+    # published in a source this repository can cite; a checkout has no configure,
+    # which builtin's AutotoolsBuilder.autoreconf then generates (autoreconf -ivf,
+    # with the autoconf, automake and libtool builtin's package depends on).
+    version("1.19.2", commit="17120adbfd9721f4d0861360b09f05a8d9c5fba4")
+
     variant(
         "cxi",
         default=False,
