@@ -230,3 +230,27 @@ def test_amd_runtime_layers_vendor_and_centre() -> None:
     plain = runtime.resolve(without)
     assert plain.set["HSA_FORCE_FINE_GRAIN_PCIE"] == "1" and plain.set["NCCL_NET"]
     assert plain.set["FI_MR_CACHE_MONITOR"] == "userfaultfd" and not plain.by_nodes
+
+
+def test_reframe_selects_amd_gpu_features() -> None:
+    """ReFrame's AMD GPU feature (amdgpu, as CSCS's checks spell it) and the device arch
+    as AMD names it; the nccl checks run, torch's nccl backend being RCCL there."""
+    from torchmpi import reframe
+
+    site = sitemod.load(AMD_SITE)
+    feats = reframe.features(site)
+    assert {"gpu", "amdgpu", "rocm", "nccl", "cuda-aware-mpi"} <= set(feats)
+    assert "nvgpu" not in feats and "cuda" not in feats
+    assert site.sm_arch == "gfx90a"
+
+
+def test_the_amd_module_names_its_rocm(tmp_path: Path) -> None:
+    """py-torch-mpi/<torch>-rocm<hip>; NVIDIA sites keep their projections unchanged."""
+    from torchmpi import render as renderer
+
+    files = renderer.render(sitemod.load(AMD_SITE), tmp_path / "env")
+    lmod = yaml.safe_load(files["modules.yaml"])["modules"]["default"]["lmod"]
+    first = next(iter(lmod["projections"].items()))
+    assert first == ("py-torch-mpi+rocm", "{name}/{^py-torch.version}-rocm{^hip.version}")
+    nvidia = renderer.render(sitemod.load("perlmutter"), tmp_path / "nv")["modules.yaml"]
+    assert "+rocm" not in nvidia

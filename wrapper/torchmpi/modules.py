@@ -14,7 +14,8 @@ from torchmpi.site import Site
 from torchmpi.yamltext import Block, Part, comment
 
 
-def projections(system: str, several_torches: bool = False) -> dict[str, str]:
+def projections(system: str, several_torches: bool = False,
+                rocm: bool = False) -> dict[str, str]:
     """Readable module names, no hashes: ``py-torch-mpi/2.9.1-cuda12.2.1``.
 
     The torch version names py-torch-mpi (its own version is the bundle's).
@@ -23,9 +24,12 @@ def projections(system: str, several_torches: bool = False) -> dict[str, str]:
     With several torch releases (site key ``torch``), every other package
     built on torch (py-torchvision, ...) exists once per release: its name
     carries the torch version too, or two module files would have one name.
+    An AMD site's py-torch-mpi names its ROCm (HIP) release instead of CUDA's.
     """
     suffix = "-{^mpi.name}" if system == "tcl" else ""
-    out = {
+    out = {"py-torch-mpi+rocm": "{name}/{^py-torch.version}-rocm{^hip.version}" + suffix} \
+        if rocm else {}
+    out |= {
         "py-torch-mpi+cuda": "{name}/{^py-torch.version}-cuda{^cuda.version}" + suffix,
         "py-torch-mpi": "{name}/{^py-torch.version}" + suffix,
     }
@@ -145,7 +149,8 @@ def config(data: dict[str, Any]) -> dict[str, Any]:
     out["hide_implicits"] = True
     out["all"] = {"autoload": "direct"}
     several = len((data.get("torch") or {}).get("versions") or []) > 1
-    out["projections"] = projections(system_, several)
+    amd = isinstance(data.get("gpu"), dict) and data["gpu"].get("vendor") == "amd"
+    out["projections"] = projections(system_, several, rocm=amd)
     torch: dict[str, Any] = {}
     env = runtime.resolve(data).spack()
     if env:
