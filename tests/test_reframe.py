@@ -113,6 +113,9 @@ def test_dry_run_job_scripts_carry_the_sites_launch_lines(dry_run):
         assert f"#SBATCH --ntasks-per-node={ranks}" in script
         assert f"#SBATCH --gpus-per-node={gpus}" in script
         launch = "srun --network=disable_rdzv_get " if needs_flag else "srun "
+        cpus = (data.get("checks") or {}).get("cpus_per_node")
+        if cpus:  # the node's cores shared among its ranks (JUPITER: 288 / 4)
+            launch += f"--cpus-per-task={cpus // ranks} "
         assert re.search("^" + re.escape(launch) + "torchmpi allreduce", script,
                          re.MULTILINE), script
         assert ("--network=disable_rdzv_get" in script) == needs_flag
@@ -127,7 +130,9 @@ def test_dry_run_job_scripts_carry_the_sites_launch_lines(dry_run):
     modules_root = (data.get("install") or {}).get("modules_root")
     if modules_root:
         mpi = data["mpi"]
-        assert f"module load {mpi['kind']}/{mpi['version']} py-torch-mpi" in script
+        # The centre's module names where it provides the MPI (JSC: OpenMPI/5.0.5).
+        names = " ".join(mpi.get("modules") or [f"{mpi['kind']}/{mpi['version']}"])
+        assert f"module load {names} py-torch-mpi" in script
         assert "module use " + rfmconf.shell_path(modules_root) + "/linux-*/Core" in script
     else:
         assert f". {tmp / 'cfg' / rfmconf.RUNTIME}" in script

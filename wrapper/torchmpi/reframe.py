@@ -117,9 +117,7 @@ def access(site: Site) -> list[str]:
 def features(site: Site) -> list[str]:
     """What the checks select on; only what the site file states."""
     out = ["torchmpi", "mpi", site.data["mpi"]["kind"], site.data["fabric"]]
-    if site.gpu_vendor == "amd":  # ReFrame's AMD GPU feature; torch's nccl backend is RCCL
-        out += ["gpu", "amdgpu", "rocm", "nccl"]
-    elif site.gpu:
+    if site.gpu:
         out += ["gpu", "nvgpu", "cuda", "nccl"]
     if site.mpi_moves_device_buffers:
         out.append("cuda-aware-mpi")
@@ -179,7 +177,10 @@ def prepare_cmds(site: Site, env_from: str, outdir: Path, extra: list[str]) -> l
                             "modules to load; use --env runtime-sh")
         root = shell_path(str(root))
         mpi = site.data["mpi"]
-        mpi_module = mpi["kind"] + (f"/{mpi['version']}" if mpi.get("version") else "")
+        # The centre's MPI by the centre's module names (JSC: OpenMPI/5.0.5), else the
+        # tree's own MPI module, named kind/version.
+        mpi_module = " ".join(mpi.get("modules") or [
+            mpi["kind"] + (f"/{mpi['version']}" if mpi.get("version") else "")])
         if install.get("module_system", "lmod") == "lmod":
             cmds += [f"module use {root}/linux-*/Core", f"module load {mpi_module} py-torch-mpi"]
         else:
