@@ -201,3 +201,91 @@ def test_a_lock_on_two_oses_or_two_libcs_is_not_the_sites(tmp_path: Path) -> Non
     assert "os: the lock says debian12, sles15; the site's nodes run sles15" in lines, lines
     assert ("libc: the lock has glibc@2.31, glibc@2.36; the site has glibc@2.31"
             in lines), lines
+
+
+# --- what the off-site readers accept, at their edges -------------------------------
+
+
+def test_a_compiler_killed_after_printing_a_version_is_not_believed(tmp_path: Path) -> None:
+    """A driver that prints a version and then dies by a signal (exit status < 0)
+    has not answered."""
+    exe = tmp_path / "gcc"
+    exe.write_text("#!/bin/sh\necho 12.2.0\nkill -9 $$\n")
+    exe.chmod(0o755)
+    assert offsite.compiler_version(exe) is None
+
+
+def test_only_gcc_entries_are_checked_against_their_executable(tmp_path: Path) -> None:
+    """A clang entry whose C compiler reports another version is not a GCC
+    contradiction (its version scheme is its own); the same entry named gcc is."""
+    cc = str(_gcc_like(tmp_path, "12.2.0"))
+    entry = {"spec": "clang@99.0.0", "languages": {"c": cc}}
+    assert offsite.compiler_mismatches({"compilers": [entry]}, tmp_path / "s.yaml") == []
+    entry["spec"] = "gcc@99.0.0"
+    [problem] = offsite.compiler_mismatches({"compilers": [entry]}, tmp_path / "s.yaml")
+    assert "states gcc@99.0.0" in problem and "reports 12.2.0" in problem
+
+
+def _node(name: str, version: str, deps=(), os_: str = "", external: bool = False) -> dict:
+    node = {"name": name, "version": version, "arch": {"platform_os": os_, "target": "x86_64"},
+            "dependencies": [{"name": n, "hash": h, "parameters": {"virtuals": list(v)}}
+                             for n, h, v in deps]}
+    if external:
+        node["external"] = {"path": "/usr"}
+    return node
+
+
+def _lock(tmp_path: Path, specs: dict) -> Lock:
+    path = tmp_path / "spack.lock"
+    path.write_text(json.dumps({"roots": [], "concrete_specs": specs}))
+    return Lock(path)
+
+
+def test_a_lock_on_the_sites_own_os_names_no_os_difference(tmp_path: Path) -> None:
+    lock = _lock(tmp_path, {"a": _node("zlib", "1.3", os_="sles15")})
+    site = {"os": "sles15", "mpi": {"prefix": str(tmp_path / "absent")}}
+    assert not [line for line in offsite.differences(site, lock) if line.startswith("os:")]
+    other = {"os": "rhel8", "mpi": {"prefix": str(tmp_path / "absent")}}
+    assert [line for line in offsite.differences(other, lock) if line.startswith("os:")] == [
+        "os: the lock says sles15; the site's nodes run rhel8"]
+
+
+@pytest.mark.parametrize("count, tail", [(3, ")"), (4, " ...)")])
+def test_absent_site_paths_are_shown_three_at_most(tmp_path: Path, count: int,
+                                                   tail: str) -> None:
+    """Three absent paths are all shown; from the fourth on, three and '...'."""
+    site = {"externals": [{"spec": f"p{i}@1", "prefix": str(tmp_path / f"p{i}")}
+                          for i in range(count)]}
+    [line] = [line for line in offsite.differences(site, _lock(tmp_path, {}))
+              if line.startswith("externals:")]
+    shown = ", ".join(str(tmp_path / f"p{i}") for i in range(3))
+    assert f"externals: {count} site path(s) absent here ({shown}{tail};" in line
+
+
+def test_the_compiler_line_names_the_locks_compilers(tmp_path: Path) -> None:
+    site = {"compilers": [{"spec": "gcc@12.2.0"}], "mpi": {"prefix": str(tmp_path / "x")}}
+    with_one = _lock(tmp_path, {"c": _node("gcc", "11.4.0", external=True)})
+    assert any("(lock compilers: gcc@11.4.0)" in line
+               for line in offsite.differences(site, with_one))
+    assert any("(lock compilers: none)" in line
+               for line in offsite.differences(site, _lock(tmp_path, {})))
+
+
+def test_a_runtime_gap_counts_only_nodes_of_the_sites_own_compiler(tmp_path: Path) -> None:
+    """Nodes built by another gcc release or another compiler of the same version
+    are not the site compiler's: only the site's gcc@12.2.0 nodes must have its runtime."""
+    specs = {
+        "g12": _node("gcc", "12.2.0", external=True),
+        "g11": _node("gcc", "11.4.0", external=True),
+        "l12": _node("llvm", "12.2.0", external=True),
+        "rt": _node("gcc-runtime", "12.2.0"), "cw": _node("compiler-wrapper", "1"),
+        "x": _node("zlib", "1.3", [("gcc", "g12", ["c"]), ("gcc-runtime", "rt", []),
+                                   ("compiler-wrapper", "cw", [])]),
+        "y": _node("bzip2", "1.0", [("gcc", "g11", ["c"])]),
+        "z": _node("xz", "5.4", [("llvm", "l12", ["c"])]),
+    }
+    lock = _lock(tmp_path, specs)
+    assert offsite._runtime_gap(lock, "gcc@12.2.0") is None
+    specs["x"]["dependencies"] = specs["x"]["dependencies"][:1]
+    gap = offsite._runtime_gap(_lock(tmp_path, specs), "gcc@12.2.0")
+    assert gap and gap.startswith("compiler runtime: 1 node(s) compiled by gcc@12.2.0"), gap

@@ -139,7 +139,7 @@ def differences(data: dict[str, Any], lock: Any) -> list[str]:
     if data.get("os") and oses != [data["os"]]:
         out.append(f"os: the lock says {', '.join(oses) or '-'}; the site's nodes run "
                    f"{data['os']}")
-    elif oses:
+    elif oses and not data.get("os"):
         out.append(f"os: the lock says {', '.join(oses)} (this host's); the site file states "
                    "none (key `os`)")
     libcs = sorted({n.label for n in lock.nodes.values() if n.name in ("glibc", "musl")})
