@@ -156,3 +156,15 @@ def test_generated_score_counts_timeouts_killed_and_errors_apart() -> None:
     verdicts = ["killed", "timeout", "survived", "equivalent", "error: pytest exit 4"]
     assert gen.score([{"verdict": v} for v in verdicts]) == (2, 3, 1)
     assert [m for m in gen.round_robin({"a": [1, 2, 3], "b": [4]})] == [1, 4, 2, 3]
+
+
+def test_a_mutant_of_annotations_only_is_equivalent_and_others_are_not() -> None:
+    """With postponed annotations, ``str | None`` -> ``str * None`` changes nothing."""
+    gen = _generated()
+    src = "from __future__ import annotations\nx: int | None = 1\n" \
+          "def f(a: str | None) -> str | None:\n    return a or 'x'\n"
+    assert gen.annotation_only(src, src.replace("-> str | None", "-> str * None"))
+    assert gen.annotation_only(src, src.replace("x: int | None", "x: int & None"))
+    assert not gen.annotation_only(src, src.replace("a or 'x'", "a and 'x'"))
+    assert not gen.annotation_only(src.split("\n", 1)[1],
+                                   src.split("\n", 1)[1].replace("-> str |", "-> str *"))
