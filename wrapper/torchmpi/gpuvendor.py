@@ -44,6 +44,18 @@ def table() -> dict[str, dict[str, Any]]:
     return yaml.safe_load(ref.read_text(encoding="utf-8"))
 
 
+@cache
+def fabric_vendors(fabric: str) -> dict[str, Any]:
+    """The ``vendors`` block of ``data/fabrics/<fabric>.yaml`` (per vendor: ``env``,
+    ``centres``); :func:`torchmpi.runtime.resolve` layers it, the rules check it."""
+    ref = resources.files("torchmpi").joinpath("data", "fabrics", f"{fabric}.yaml")
+    try:
+        data = yaml.safe_load(ref.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        return {}
+    return data.get("vendors") or {}
+
+
 def of(data: dict[str, Any]) -> str | None:
     """The site's GPU vendor; None for a CPU-only site (or ``gpu: auto``)."""
     gpu = data.get("gpu")
@@ -213,13 +225,11 @@ def problems(data: dict[str, Any], build: bool = True) -> list[Problem]:
 def _centre(data: dict[str, Any]) -> list[Problem]:
     """``runtime.centre``: a centre the fabric data has for the site's GPU vendor, whose
     values the renderings can carry (no ``$``: a module cannot expand a job's variable)."""
-    from torchmpi import runtime
-
     name = (data.get("runtime") or {}).get("centre")
     if name is None:
         return []
     fabric, vendor = data.get("fabric"), of(data)
-    vendors = runtime._fabric_file(str(fabric)).get("vendors") or {} if fabric else {}
+    vendors = fabric_vendors(str(fabric)) if fabric else {}
     centres = (vendors.get(vendor) or {}).get("centres") or {}
     usable = [c for c, block in centres.items()
               if not any("$" in str(v.get("value")) for v in (block.get("env") or {}).values())]

@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from torchmpi import gpuvendor
 from torchmpi.errors import UserError
 
 #: Cray MPICH moves device buffers only with GTL in the process AND this switch on.
@@ -96,12 +97,6 @@ def launcher_flags() -> tuple[dict[str, str], ...]:
     return tuple(out)
 
 
-@cache
-def _fabric_file(fabric: str) -> dict[str, Any]:
-    ref = resources.files("torchmpi").joinpath("data", "fabrics", f"{fabric}.yaml")
-    return yaml.safe_load(ref.read_text(encoding="utf-8")) or {}
-
-
 def vendor_layer(data: dict[str, Any], out: Runtime) -> None:
     """The fabric file's ``vendors.<vendor>`` values, then its ``centres.<runtime.centre>``.
 
@@ -111,10 +106,8 @@ def vendor_layer(data: dict[str, Any], out: Runtime) -> None:
     source; ``multi_node_only`` values leave ``set`` for :attr:`Runtime.by_nodes`.
     NVIDIA has no block, so NVIDIA sites resolve as before.
     """
-    from torchmpi import gpuvendor
-
     fabric, vendor = data.get("fabric"), gpuvendor.of(data)
-    block = ((_fabric_file(fabric).get("vendors") or {}).get(vendor) or {}) if fabric else {}
+    block = (gpuvendor.fabric_vendors(fabric).get(vendor) or {}) if fabric else {}
     centre_name = (data.get("runtime") or {}).get("centre")
     centre = (block.get("centres") or {}).get(centre_name) or {}
     for what, layer in ((f"{vendor} GPUs on {fabric}", block),
