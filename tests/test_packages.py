@@ -1133,11 +1133,11 @@ def test_rocm_slingshot_takes_the_plugin_built_for_rocm(rocm_facts: dict) -> Non
 
 
 def test_rocm_cuda_aware_mpi_reaches_py_torch(rocm_facts: dict) -> None:
-    """+cuda_aware_mpi with +rocm asks py-torch for its patched MPI check, but
-    not mpi4py's GTL preload (libmpi_gtl_cuda's; GTL for HSA is the next step)."""
+    """+cuda_aware_mpi with +rocm asks py-torch for its patched MPI check and
+    mpi4py for its GTL preload, GTL for HSA there (tests/test_gtl_hsa_package.py)."""
     deps = rocm_facts["aware_deps"]
     assert "+cuda_aware_mpi" in deps["py-torch"], deps["py-torch"]
-    assert "cuda_aware_mpi" not in deps.get("py-mpi4py", ""), deps.get("py-mpi4py")
+    assert "+cuda_aware_mpi" in deps.get("py-mpi4py", ""), deps.get("py-mpi4py")
     assert "@2.6:+mpi+rocm" in "".join(rocm_facts["torch_variant_conditions"]).replace(" ", ""), (
         rocm_facts["torch_variant_conditions"])
 

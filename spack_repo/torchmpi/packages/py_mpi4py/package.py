@@ -33,10 +33,23 @@ class PyMpi4py(BuiltinPyMpi4py):
         "that imports mpi4py before torch runs with MPICH_GPU_SUPPORT_ENABLED=1",
     )
 
+    # AMD GPUs: cray-mpich +rocm's GTL for HSA (libmpi_gtl_hsa), the same preload
+    # (py_torch/gtl_preload.py records the vendor from the GTL's name).
+    variant(
+        "cuda_aware_mpi",
+        default=False,
+        when="^[virtuals=mpi] cray-mpich+rocm",
+        description="Load Cray's GTL for HSA (libmpi_gtl_hsa) when mpi4py is imported, where "
+        "ROCm's HSA runtime loads, so a job that imports mpi4py before torch runs with "
+        "MPICH_GPU_SUPPORT_ENABLED=1",
+    )
+
     # GTL calls the CUDA runtime without NEEDing it in some releases (cray-mpich
     # 8.1.27: eth-cscs/stackinator#158): the preload loads this build's libcudart
-    # first (py_torch/gtl_preload.py), so the build has one to record.
-    depends_on("cuda", type="link", when="+cuda_aware_mpi")
+    # first (py_torch/gtl_preload.py), so the build has one to record.  For HSA, the
+    # build's HIP (and through it ROCm's HSA runtime) is recorded the same way.
+    depends_on("cuda", type="link", when="+cuda_aware_mpi ^[virtuals=mpi] cray-mpich+cuda")
+    depends_on("hip", type="link", when="+cuda_aware_mpi ^[virtuals=mpi] cray-mpich+rocm")
 
     @run_after("install")
     def load_gtl_at_import(self):

@@ -73,10 +73,8 @@ class PyTorchMpi(BundlePackage, CudaPackage, ROCmPackage):
         depends_on("py-mpi4py", type="run")
         # MPI_Init from mpi4py must find GTL as MPI_Init from libtorch does:
         # the module sets MPICH_GPU_SUPPORT_ENABLED=1 for +cuda_aware_mpi.
-        # (+cuda only: mpi4py's GTL preload is libmpi_gtl_cuda's; GTL for HSA is next.)
-        depends_on(
-            "py-mpi4py +cuda_aware_mpi", when="+cuda +cuda_aware_mpi ^[virtuals=mpi] cray-mpich"
-        )
+        # (+cuda: libmpi_gtl_cuda; +rocm: GTL for HSA, libmpi_gtl_hsa: the same preload.)
+        depends_on("py-mpi4py +cuda_aware_mpi", when="+cuda_aware_mpi ^[virtuals=mpi] cray-mpich")
 
     # PyTorch drops the MPI backend silently when FindMPI fails; +mpi here and
     # the check after install make that a hard error instead.  +gloo: builtin
@@ -173,9 +171,9 @@ class PyTorchMpi(BundlePackage, CudaPackage, ROCmPackage):
         # loads it at import for +cuda_aware_mpi) AND this switch; set them together.  CSCS
         # warns that GPU-aware MPI next to NCCL can deadlock and sets 0 for
         # PyTorch: a site file may override this value (docs/design.md).
-        # Not yet with +rocm: nothing loads libmpi_gtl_hsa at import so far, and
-        # the switch without GTL aborts MPI_Init ("GTL library is not linked").
-        if self.spec.satisfies("+cuda +cuda_aware_mpi ^[virtuals=mpi] cray-mpich"):
+        # +rocm alike: py-torch (and py-mpi4py) load GTL for HSA, libmpi_gtl_hsa, at
+        # import where ROCm's HSA runtime loads (py_torch/gtl_preload.py).
+        if self.spec.satisfies("+cuda_aware_mpi ^[virtuals=mpi] cray-mpich"):
             env.set("MPICH_GPU_SUPPORT_ENABLED", "1")
 
     # Stand-alone tests: `spack test run py-torch-mpi` (need a real install).
