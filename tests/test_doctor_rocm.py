@@ -260,3 +260,30 @@ def test_nothing_on_the_compute_node_side_asks_for_a_cuda_build() -> None:
                  if isinstance(node, ast.Attribute) and node.attr == "cuda"
                  and isinstance(node.value, ast.Attribute) and node.value.attr == "version"]
         assert not reads, (module, reads)
+
+
+def rocm_failures() -> list[doctor.Check]:
+    """The FAIL paths a ROCm torch adds or words differently."""
+    from torchmpi.doctor import mpi
+
+    cray = mpi.MpiInfo("cray-mpich")
+    hip = "6.2.41133"
+    return [
+        rocm.check_gpu(0, hip, rocm.parse_amd_smi(AMD_SMI)),
+        gpu.check_backend_nccl(gpu.TorchInfo(version="x", hip_build=hip, gpu_count=8)),
+        mpi.check_cray_gpu_support(cray, {"MPICH_GPU_SUPPORT_ENABLED": "1"}, "",
+                                   gtl_name=rocm.GTL),
+        mpi.check_cray_gpu_support(cray, {}, "libmpi_gtl_hsa.so", gtl_name=rocm.GTL),
+        rocm.check_rccl_plugin({"NCCL_NET_PLUGIN": "ofi"}, nccl.PluginInfo(), True, 2),
+        rocm.check_rccl_plugin({}, nccl.PluginInfo(), True, 2),
+        rocm.check_rccl_network((LOGS / "rccl-no-plugin-socket.log").read_text(), True, 2),
+    ]
+
+
+@pytest.mark.parametrize("check", rocm_failures(), ids=lambda c: f"{c.name}-{c.status}")
+def test_troubleshooting_quotes_each_rocm_failure_and_its_fix(check: doctor.Check) -> None:
+    text = (ROOT / "docs" / "troubleshooting.md").read_text()
+    section = text[text.index("## AMD GPUs (ROCm)"):]
+    assert check.status == "FAIL"
+    assert f"`{check.status} {check.name}  {check.detail}`" in section
+    assert f"`{check.fix}`" in section
