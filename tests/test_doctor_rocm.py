@@ -213,6 +213,8 @@ def test_a_healthy_amd_node_reports_rocm_rccl_and_gtl_for_hsa() -> None:
     assert checks["backend.nccl"].status == "PASS" and "RCCL 2.22.3" in (
         checks["backend.nccl"].detail)
     assert checks["gpu"].status == "PASS" and "amd-smi" in checks["gpu"].detail
+    assert checks["backend.gloo"].status == "SKIP" and "ROCm build" in (
+        checks["backend.gloo"].detail)
     assert checks["mpi.cray_gpu"].status == "PASS", checks["mpi.cray_gpu"]
     assert checks["probe.nccl"].status == "PASS"
     assert checks["nccl.plugin"].status == "PASS" and "librccl-net.so" in (

@@ -123,6 +123,10 @@ def check_backend_gloo(info: TorchInfo) -> Check:
                      "use the site's py-torch-mpi (py-torch +distributed)")
     if info.gloo:
         return Check("backend.gloo", PASS, "torch.distributed.is_gloo_available() is True")
+    if info.hip_build:  # by design: builtin py-torch conflicts +gloo+rocm
+        return Check("backend.gloo", SKIP,
+                     "no gloo backend: a ROCm build has none (builtin py-torch cannot build "
+                     "gloo with ROCm); CPU tensors go over the MPI backend")
     return Check("backend.gloo", WARN,
                  "no gloo backend (torch built ~gloo): --backend gloo and "
                  "init_process_group('gloo') fail; MPI and NCCL are unaffected",
