@@ -17,7 +17,7 @@ from support.sites import edited_site as _site
 from torchmpi import paths, runtime
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
-from torchmpi.checks.schema import site_schema
+from torchmpi.checks.schema import fill_defaults, site_schema
 from torchmpi.cli import main
 from torchmpi.errors import UserError
 
@@ -188,7 +188,10 @@ SWITCH = runtime.GPU_SWITCH
 
 
 def _derecho(edit=None) -> dict:
-    return site_data("derecho", edit)
+    """derecho.yaml as data after ``edit``, with the schema's defaults as at load."""
+    data = site_data("derecho", edit)
+    fill_defaults(data)
+    return data
 
 
 def test_switch_is_implied_on_a_cray_gpu_site() -> None:

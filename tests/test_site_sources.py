@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 import yaml
 from torchmpi import paths, runtime
+from torchmpi import site as sitemod
 
 #: Top-level keys whose values come from the centre and must cite it.
 CITED_SECTIONS = {"target", "os", "uenv", "compilers", "gpu", "mpi", "libfabric", "nccl",
@@ -121,7 +122,7 @@ def test_perlmutter_stack_is_nerscs() -> None:
 
 def test_perlmutter_runtime_is_nerscs_module() -> None:
     """NERSC's NCCL module: its five variables, and no HPE alt_read/TX/RX tuning."""
-    env = runtime.environment(yaml.safe_load(_text("perlmutter")))
+    env = runtime.environment(sitemod.load("perlmutter").data)
     nersc = {"FI_CXI_DISABLE_HOST_REGISTER": "1", "FI_MR_CACHE_MONITOR": "userfaultfd",
              "NCCL_CROSS_NIC": "1", "NCCL_SOCKET_IFNAME": "hsn", "NCCL_NET_GDR_LEVEL": "PHB",
              "MPICH_GPU_SUPPORT_ENABLED": "1"}
@@ -154,7 +155,7 @@ CSCS_PYTORCH_UENV_ENV = {
 
 
 def test_alps_runtime_is_cscs_pytorch_uenv() -> None:
-    env = runtime.environment(yaml.safe_load(_text("alps-gh200")))
+    env = runtime.environment(sitemod.load("alps-gh200").data)
     assert {k: env.get(k) for k in CSCS_PYTORCH_UENV_ENV} == CSCS_PYTORCH_UENV_ENV
     assert env["MPICH_GPU_SUPPORT_ENABLED"] == "0", "CSCS: GPU-aware MPI with NCCL can deadlock"
 

@@ -164,9 +164,9 @@ def test_note_only_where_the_patch_applies() -> None:
     mpich_cuda_patch): no note for an Open MPI site, whatever its torch."""
     base = {"gpu": {"cuda_arch": 80}, "torch": {"versions": ["2.11.0"]}}
     for kind in ("openmpi", "openmpi-cuda"):
-        assert torches.notes({**base, "mpi": {"kind": kind}}) == [], kind
+        assert torches.notes({**base, "mpi": {"kind": kind, "cuda_aware": True}}) == [], kind
     for kind in ("cray-mpich", "mpich"):
-        assert torches.notes({**base, "mpi": {"kind": kind}}), kind
+        assert torches.notes({**base, "mpi": {"kind": kind, "cuda_aware": True}}), kind
 
 
 def test_verified_releases_are_the_fixtures() -> None:

@@ -33,7 +33,8 @@ from torchmpi import paths, torches
 
 Problem = tuple[tuple, str]
 
-#: The vendor a ``gpu`` section without ``vendor`` has (the schema's default).
+#: The vendor a ``gpu`` section without ``vendor`` has: the schema's default, filled in
+#: at load (tests/test_gpu_vendor.py ties the two); named here for messages and tests.
 DEFAULT = "nvidia"
 
 
@@ -59,7 +60,7 @@ def fabric_vendors(fabric: str) -> dict[str, Any]:
 def of(data: dict[str, Any]) -> str | None:
     """The site's GPU vendor; None for a CPU-only site (or ``gpu: auto``)."""
     gpu = data.get("gpu")
-    return str(gpu.get("vendor", DEFAULT)) if isinstance(gpu, dict) else None
+    return str(gpu["vendor"]) if isinstance(gpu, dict) else None
 
 
 def gtl(vendor: str) -> str:
@@ -197,7 +198,7 @@ def problems(data: dict[str, Any], build: bool = True) -> list[Problem]:
                 f"{target!r} needs ROCm {low} or newer (builtin ROCmPackage: llvm-amdgpu@{low}:"
                 f" for it), and the site's ROCm is {rocm} (gpu.rocm.version); allowed: a"
                 f" target ROCm {rocm} compiles for, or ROCm {low} or newer")))
-        if (mpi.get("kind") == "cray-mpich" and mpi.get("cuda_aware", True)
+        if (mpi.get("kind") == "cray-mpich" and mpi["cuda_aware"]
                 and _base(target) not in gtl_archs):
             out.append((where, (
                 f"{target!r}: builtin cray-mpich has Cray's GTL for HSA ({gtl('amd')}) only for"
@@ -247,7 +248,7 @@ def _centre(data: dict[str, Any]) -> list[Problem]:
 
 def _mixed(gpu: dict[str, Any]) -> list[Problem]:
     """Keys of the other vendor in the ``gpu`` section (``cuda_arch`` with vendor: amd)."""
-    vendor = str(gpu.get("vendor", DEFAULT))
+    vendor = str(gpu["vendor"])
     other = {"amd": ("cuda_arch", "cuda", "cudnn"), "nvidia": ("amdgpu_target", "rocm")}[vendor]
     return [(("gpu", key), (
         f"{key} is for {'NVIDIA' if vendor == 'amd' else 'AMD'} GPUs and this gpu section says"

@@ -40,7 +40,7 @@ def projections(system: str, several_torches: bool = False,
 
 
 def system(data: dict[str, Any]) -> str:
-    return (data.get("install") or {}).get("module_system", "lmod")
+    return data["install"]["module_system"]
 
 
 def centre_mpi_modules(data: dict[str, Any]) -> list[str]:

@@ -24,7 +24,7 @@ from the site file, so the torchmpi checks (package data,
   ``prepare_cmds`` with ``modules_system: nomod``, so ReFrame never runs
   ``module show`` (which fails off the site);
 * performance references from ``checks.references``, each a bus bandwidth at
-  one large size (default :data:`REFERENCE_SIZE`) with its source.
+  one large size (the schema's default, 1G) with its source.
 
 The configuration is a Python file (the PALS launcher must be registered before
 ReFrame builds the partitions, which only a Python configuration can do); its
@@ -65,11 +65,6 @@ GPU_REQUEST = {"slurm": ["--gpus-per-node={num_gpus_per_node}"],
 #: What NCCL's log says when it uses the fabric's network (``Using network X``).
 NCCL_NETWORK = {"slingshot": "AWS Libfabric", "ib": "IB", "tcp": "Socket"}
 ENVIRONMENT = "torchmpi"
-#: Where a reference's bus bandwidth is taken when the site file names no size: one large
-#: message, as CSCS's NCCL checks (nccl-tests at -b 1024M -e 1024M, eth-cscs/
-#: cscs-reframe-tests checks/containers/container_engine/xccl_tests.py) -- an average over
-#: 8 B..128 MiB mixes in the per-call floor of the small sizes.
-REFERENCE_SIZE = "1G"
 
 
 def library_dir() -> Path:
@@ -81,7 +76,7 @@ def launcher(site: Site) -> str:
     """ReFrame's launcher name for the site."""
     kind = site.data["launcher"]
     if kind == "slurm":  # `launch: mpirun`: Slurm allocates, the MPI's mpirun launches
-        return str(site.data.get("launch", "srun"))
+        return str(site.data["launch"])
     if kind == "pbs":
         return "pals"
     return "mpirun" if site.data["mpi"]["kind"].startswith("openmpi") else "mpiexec"
@@ -107,7 +102,7 @@ def access(site: Site) -> list[str]:
     Every prefix of a uenv site lies under the uenv's mount, empty unless the job
     mounts it (``srun``/``sbatch --uenv``, cscs-docs docs/software/uenv/using.md).
     """
-    out = list((site.data.get("checks") or {}).get("access", []))
+    out = list(site.data["checks"]["access"])
     uenv = site.data.get("uenv")
     if uenv:
         out += [f"--uenv={uenv['image']}", f"--view={uenv['view']}"]
@@ -181,7 +176,7 @@ def prepare_cmds(site: Site, env_from: str, outdir: Path, extra: list[str]) -> l
         # tree's own MPI module, named kind/version.
         mpi_module = " ".join(mpi.get("modules") or [
             mpi["kind"] + (f"/{mpi['version']}" if mpi.get("version") else "")])
-        if install.get("module_system", "lmod") == "lmod":
+        if install["module_system"] == "lmod":
             cmds += [f"module use {root}/linux-*/Core", f"module load {mpi_module} py-torch-mpi"]
         else:
             cmds += [f"module use {root}/linux-*", "module load py-torch-mpi"]
@@ -191,13 +186,12 @@ def prepare_cmds(site: Site, env_from: str, outdir: Path, extra: list[str]) -> l
 
 def references(checks: dict[str, Any]) -> list[dict[str, Any]]:
     """The site's references with every default written out, so the check matches on
-    exactly what settings.py shows: device by backend, :data:`REFERENCE_SIZE`, 10 %."""
+    exactly what settings.py shows: device by backend, the schema's size and tolerance."""
     out = []
-    for ref in checks.get("references", []):
+    for ref in checks["references"]:
         device = "cuda" if ref["backend"] == "nccl" else "cpu"
         out.append({**ref, "device": ref.get("device", device),
-                    "size": ref.get("size", REFERENCE_SIZE),
-                    "tolerance": ref.get("tolerance", 0.1)})
+                    "size": ref["size"], "tolerance": ref["tolerance"]})
     return out
 
 
@@ -205,7 +199,7 @@ def configuration(site: Site, *, env_from: str, outdir: Path,
                   extra_prepare: list[str]) -> dict[str, Any]:
     """The ReFrame configuration as data (``site_configuration``)."""
     data = site.data
-    checks = data.get("checks") or {}
+    checks = data["checks"]
     kind = data["launcher"]
     partition: dict[str, Any] = {
         "name": "gpu" if site.gpu else "cpu",
@@ -219,17 +213,17 @@ def configuration(site: Site, *, env_from: str, outdir: Path,
             "site": site.name,
             "site_file": str(site.path.absolute()),
             "launcher_options": launcher_options(site),
-            "expected_fail": list(checks.get("expected_fail", [])),
+            "expected_fail": list(checks["expected_fail"]),
             "references": references(checks),
             "nccl": nccl_expectations(site),
-            "ranks_per_node": int(checks.get("ranks_per_node", 2)),
-            "cpus_per_node": int(checks.get("cpus_per_node", 0)),
+            "ranks_per_node": int(checks["ranks_per_node"]),
+            "cpus_per_node": int(checks["cpus_per_node"]),
         }},
     }
     if site.gpu:
         # A GPU site that does not state checks.gpus_per_node gets one rank per node.
         partition["devices"] = [{"type": "gpu", "arch": site.sm_arch,
-                                 "num_devices": int(checks.get("gpus_per_node", 1))}]
+                                 "num_devices": int(checks["gpus_per_node"])}]
         if kind in GPU_REQUEST:
             partition["resources"] = [{"name": "_rfm_gpu", "options": GPU_REQUEST[kind]}]
     if kind == "mpiexec":
@@ -238,7 +232,7 @@ def configuration(site: Site, *, env_from: str, outdir: Path,
         "systems": [{
             "name": site.name,
             "descr": data["description"],
-            "hostnames": list(checks.get("hostnames", [".*"])),
+            "hostnames": list(checks["hostnames"]),
             "modules_system": "nomod",
             "partitions": [partition],
         }],

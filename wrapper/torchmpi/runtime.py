@@ -134,7 +134,7 @@ def cray_gpu_switch(data: dict[str, Any]) -> str | None:
     mpi = data.get("mpi", {})
     if mpi.get("kind") != "cray-mpich" or not isinstance(data.get("gpu"), dict):
         return None
-    return "1" if mpi.get("cuda_aware", True) else "0"
+    return "1" if mpi["cuda_aware"] else "0"
 
 
 def resolve(data: dict[str, Any]) -> Runtime:

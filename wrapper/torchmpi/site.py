@@ -24,6 +24,7 @@ from torchmpi import detect, gpuvendor, paths, torches
 from torchmpi.autokeys import AUTO_KEYS, LOCAL, auto_keys
 from torchmpi.checks import validate
 from torchmpi.checks.gpu import cuda_archs
+from torchmpi.checks.schema import fill_defaults
 from torchmpi.errors import UserError
 from torchmpi.sitefile import MAX_BYTES, _fmt_path, parse  # noqa: F401 (re-exported)
 
@@ -193,4 +194,5 @@ def load(name_or_path: str, build_rules: bool = True) -> Site:
     site = Site(name=data["name"], path=path, data=data, raw=raw)
     if auto_keys(data):
         detect.fill_in(site)
+        fill_defaults(site.data)  # the defaults of what detection filled in
     return site

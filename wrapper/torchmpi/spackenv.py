@@ -26,7 +26,7 @@ def roots(site: Site) -> list[str]:
     """
     d = site.data
     root = site.root_spec
-    specs = [root, *d.get("extra_specs", [])]
+    specs = [root, *d["extra_specs"]]
     if not site.is_local:
         # Spack adds a target outside the host's family (neoverse_v2 from an x86
         # host) to its candidates only when a root spec names it, even with

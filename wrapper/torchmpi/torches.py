@@ -136,7 +136,7 @@ def cuda_aware(data: dict[str, Any]) -> bool:
     ``Site.torch_cuda_aware`` (and ``Site.mpi_moves_device_buffers`` for the MPI's side).
     """
     return (isinstance(data.get("gpu"), dict)
-            and bool((data.get("mpi") or {}).get("cuda_aware", True)))
+            and bool(data["mpi"]["cuda_aware"]))
 
 
 def deprecated(data: dict[str, Any]) -> list[str]:

@@ -47,7 +47,7 @@ from torchmpi.checks import (
     uenv,
 )
 from torchmpi.checks.common import Problem
-from torchmpi.checks.schema import Validator, describe, site_schema
+from torchmpi.checks.schema import Validator, describe, fill_defaults, site_schema
 from torchmpi.errors import UserError
 from torchmpi.sitefile import _fmt_path, _nearest
 
@@ -100,10 +100,15 @@ def _where(lines: dict, key_path: tuple) -> tuple[int, int]:
 
 
 def validate(path: Path, data: dict[str, Any], lines: dict, build_rules: bool = True) -> None:
-    """Raise one UserError listing every problem, each with file:line:column and key path."""
+    """Raise one UserError listing every problem, each with file:line:column and key path.
+
+    On a file the schema accepts, the schema's defaults are filled in (in place)
+    before the rules run, so a rule reads ``mpi.cuda_aware`` as every producer does.
+    """
     validator = Validator(site_schema())
     found = [describe(e) for e in validator.iter_errors(data)]
     if not found:
+        fill_defaults(data)
         found = problems(data, build_rules)
     if data.get("name") not in (None, path.stem) and not found:
         msg = (f"name {data['name']!r} differs from the file name {path.stem!r};"

@@ -76,7 +76,7 @@ def _cuda_arch(data: dict[str, Any]) -> list[Problem]:
     out: list[Problem] = []
     mpi = data.get("mpi") or {}
     for arch in archs:
-        if (mpi.get("kind") == "cray-mpich" and mpi.get("cuda_aware", True)
+        if (mpi.get("kind") == "cray-mpich" and mpi["cuda_aware"]
                 and arch not in CRAY_GTL_ARCHS):
             base = _base(arch)
             hint = f" ({base} is the same GPU)" if base in CRAY_GTL_ARCHS else ""

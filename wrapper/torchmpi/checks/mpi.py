@@ -101,7 +101,7 @@ def _mpi_variants(data: dict[str, Any]) -> list[Problem]:
         if twice:
             return [(where, f"names {', '.join(twice)} twice; allowed: each variant once")]
     gpu = isinstance(data.get("gpu"), dict)
-    cuda_aware = gpu and mpi.get("cuda_aware", True)
+    cuda_aware = gpu and mpi["cuda_aware"]
     if (cuda_aware and external and kind in ("openmpi", "openmpi-cuda", "mpich")
             and "+cuda" not in (variants or "").split()):
         said = f"says {variants!r}" if variants else "has no variants, so it renders ~cuda"

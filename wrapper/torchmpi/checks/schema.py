@@ -9,6 +9,7 @@ message).  The rules a schema cannot say well are the other modules of
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import re
@@ -48,6 +49,38 @@ def _pattern(validator: Any, pattern: str, instance: Any, schema: dict) -> Itera
 Validator = jsonschema.validators.extend(
     jsonschema.Draft202012Validator, validators={"pattern": _pattern}
 )
+
+
+def _properties_with_defaults(validator: Any, properties: dict, instance: Any,
+                              schema: dict) -> Iterator:
+    """JSON schema's ``properties``, first setting each absent key that has a ``default``.
+
+    The schema is where a default lives (stackinator fills its recipes' defaults
+    the same way while validating), so the producers read the key and never
+    repeat the value: a ``get(key, default)`` in code would be a second answer.
+    """
+    if validator.is_type(instance, "object"):
+        for name, sub in properties.items():
+            if isinstance(sub, dict) and "default" in sub and name not in instance:
+                instance[name] = copy.deepcopy(sub["default"])
+    yield from Validator.VALIDATORS["properties"](validator, properties, instance, schema)
+
+
+_Filler = jsonschema.validators.extend(
+    Validator, validators={"properties": _properties_with_defaults})
+
+
+def fill_defaults(data: dict[str, Any], schema: dict[str, Any] | None = None) -> None:
+    """Set, in place, every default the schema states for a key ``data`` lacks.
+
+    Run on data the schema accepts (errors are reported before, by
+    :data:`Validator`): a default is set only where its mapping exists or has a
+    default itself (``checks: {}`` brings ``checks.ranks_per_node``), and one
+    under ``if``/``then`` only where the condition holds (``launch: srun`` for
+    ``launcher: slurm``).
+    """
+    for _ in _Filler(schema if schema is not None else site_schema()).iter_errors(data):
+        pass
 
 def describe(err: jsonschema.ValidationError) -> tuple[tuple, str]:
     """(key path, message) for one schema error, worded for a site admin."""

@@ -248,7 +248,7 @@ def podman_hpc_sh(site: Site, p: Plan) -> str:
 
 def shifter_sh(site: Site, p: Plan) -> str:
     modules = ["gpu", "nccl-plugin"]
-    if site.data["mpi"].get("cuda_aware", True) and site.gpu:
+    if site.torch_cuda_aware:
         modules.append("cuda-mpich")
     what = [f"shifter job header for '{site.name}': NERSC's gpu, nccl-plugin"
             + (", cuda-mpich" if "cuda-mpich" in modules else "") + " modules inject",

@@ -31,7 +31,7 @@ from torchmpi.yamltext import Block, comment, document
 
 def roots(site: Site, p: Plan) -> list[str]:
     """The container environment's roots: the site's, at the image's generic target."""
-    extra = site.data.get("extra_specs", [])
+    extra = site.data["extra_specs"]
     return [f"{spec} target={p.target}" for spec in (site.root_spec, *extra)]
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from torchmpi import pairs, runtime
+from torchmpi.checks.schema import site_schema
 from torchmpi.errors import UserError
 from torchmpi.site import Site
 
@@ -86,7 +87,8 @@ _BASE_IMAGES = _base_images()
 OS_IMAGES: dict[str, dict[str, str]] = {
     name: {k: str(v) for k, v in image.items()}
     for name, image in _BASE_IMAGES["images"].items()}
-DEFAULT_OS: str = _BASE_IMAGES["default"]
+#: The OS a site without ``container.os`` gets: the schema's default, filled in at load.
+DEFAULT_OS: str = site_schema()["properties"]["container"]["properties"]["os"]["default"]
 
 #: The CE AWS OFI NCCL hook variant CSCS recommends: the plugin dynamically
 #: linked to CUDA, so it does not have to match the image's CUDA major
@@ -234,7 +236,7 @@ def plan(site: Site) -> Plan:
                         f" with one of {', '.join(RUNTIMES)} (docs/containers.md)")
     rt = box["runtime"]
     fabric, kind = d["fabric"], d["mpi"]["kind"]
-    cuda_aware = bool(site.gpu) and d["mpi"].get("cuda_aware", True)
+    cuda_aware = site.torch_cuda_aware
     if rt == "ce" and fabric != "slingshot":
         raise UserError(f"{where}.runtime: ce injects CSCS's Slingshot network stack;"
                         f" fabric is {fabric}: use runtime podman")
@@ -287,7 +289,7 @@ def plan(site: Site) -> Plan:
     else:
         raise UserError(f"{where}: mpi.kind {kind} has no container stand-in"
                         " (cray-mpich, openmpi-cuda and openmpi do)")
-    out = Plan(runtime=rt, target=generic_target(site), os=box.get("os", DEFAULT_OS),
+    out = Plan(runtime=rt, target=generic_target(site), os=box["os"],
                mpi=mpi, nccl=nccl)
     if rt == "ce":
         out.netstack = _netstack(site, nccl.get("plugin"))
