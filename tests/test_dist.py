@@ -11,6 +11,7 @@ from torchmpi.dist import (
     DEFAULT_PORT,
     Launch,
     LaunchError,
+    device_index,
     export_env,
     fallback_rendezvous,
     first_slurm_host,
@@ -266,3 +267,25 @@ def test_a_single_rank_does_not_need_the_default_port():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     port = int(proc.stdout.split()[1])
     assert port != DEFAULT_PORT and proc.stdout.split()[2] == "1", proc.stdout
+
+
+# --- which GPU a rank takes, when nodes differ ----------------------------------------
+
+
+@pytest.mark.parametrize("env, gpus, index", [
+    # Open MPI, 2 ranks per node, node 2: global rank 3 is local rank 1
+    ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4",
+      "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, 4, 1),
+    # PALS mpiexec --ppn 4 on the second node, 4 GPUs: rank 6 is local 2
+    ({"PALS_RANKID": "6", "PMI_SIZE": "8", "PALS_LOCAL_RANKID": "2",
+      "PMI_LOCAL_SIZE": "4"}, 4, 2),
+    # srun, 8 tasks on a 4-GPU node: local ranks 4..7 share GPUs 0..3 round-robin
+    ({"SLURM_PROCID": "13", "SLURM_NTASKS": "16", "SLURM_LOCALID": "5",
+      "SLURM_STEP_TASKS_PER_NODE": "8(x2)"}, 4, 1),
+    # one GPU per node: every rank on it takes device 0
+    ({"RANK": "5", "WORLD_SIZE": "6", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "3"}, 1, 0),
+])
+def test_a_rank_takes_its_local_rank_modulo_the_nodes_gpus(env, gpus, index):
+    """The device index comes from the rank *on its node*, never the global rank
+    (rank 3 on a 4-GPU node would take GPU 3, which belongs to another rank there)."""
+    assert device_index(launch_from_env(env), gpus) == index

@@ -279,6 +279,16 @@ def export_env(launch: Launch, environ: dict[str, str] | None = None) -> None:
         environ["MASTER_PORT"] = str(launch.master_port)
 
 
+def device_index(launch: Launch, device_count: int) -> int:
+    """The GPU this rank takes on its node: its *local* rank modulo the node's GPUs.
+
+    Not the global rank: on a second node rank 3 of two per node is local rank 1,
+    and GPU 3 (of four) is another rank's; more ranks than GPUs share them
+    round-robin.
+    """
+    return launch.local_rank % device_count
+
+
 def init_distributed(
     backend: str = "gloo",
     device: str | None = None,
@@ -300,7 +310,7 @@ def init_distributed(
     if device == "cuda" or (device is None and backend == "nccl"):
         if not torch.cuda.is_available():
             raise LaunchError("CUDA was requested but torch sees no GPU")
-        torch.cuda.set_device(launch.local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device_index(launch, torch.cuda.device_count()))
     if backend == "mpi":
         dist.init_process_group("mpi", timeout=timeout)
         launch = replace(launch, rank=dist.get_rank(), world_size=dist.get_world_size())
