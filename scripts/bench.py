@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "wrapper"))
 
-from torchmpi import paths, spackrun  # noqa: E402
+from torchmpi import output, paths, spackrun  # noqa: E402
 from torchmpi import render as renderer  # noqa: E402
 from torchmpi import site as sitemod  # noqa: E402
 from torchmpi.lock import Lock  # noqa: E402
@@ -54,7 +54,7 @@ def prepare(tree: Path, name: str) -> tuple[Path, Path, sitemod.Site]:
     env_dir = tree / "environments" / name
     shutil.rmtree(env_dir, ignore_errors=True)
     if site.is_local:
-        renderer.write(env_dir, renderer.render(site, env_dir))
+        output.write(env_dir, renderer.render(site, env_dir))
     else:
         shutil.copytree(paths.environments_dir() / name, env_dir,
                         ignore=shutil.ignore_patterns("spack.lock", ".spack-env"))

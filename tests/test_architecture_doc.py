@@ -243,3 +243,59 @@ def test_no_cycle_even_through_function_level_imports() -> None:
 
     for mod in sorted(graph):
         visit(mod, [])
+
+
+# --- the writer layer ------------------------------------------------------------------
+
+#: The verbs' producers: they build file contents and hand them to the writer.
+OUTPUTS = ("torchmpi.render", "torchmpi.container", "torchmpi.reframe")
+#: The writer: one header, one parse-back per format, one write policy, one folder rule.
+WRITER = ("torchmpi.output", "torchmpi.parseback")
+
+
+def _family(mod: str, known: dict[str, Path]) -> set[str]:
+    return {m for m in known if m == mod or m.startswith(mod + ".")}
+
+
+def test_the_outputs_sit_side_by_side_above_the_writer() -> None:
+    """render, container and reframe import none of each other (function level
+    included), and the writer imports none of them: nothing runs back up."""
+    known = _modules()
+    for out in OUTPUTS:
+        for mod in _family(out, known):
+            used = _internal(set().union(*imports(mod, known)))
+            others = {m for o in OUTPUTS if o != out for m in _family(o, known)}
+            assert not used & others, f"{mod} imports {sorted(used & others)}"
+    for mod in WRITER:
+        used = _internal(set().union(*imports(mod, known)))
+        above = {m for o in OUTPUTS for m in _family(o, known)} | {
+            m for m in used if m.startswith(("torchmpi.commands", "torchmpi.cli"))}
+        assert not used & above, f"{mod} imports {sorted(used & above)}"
+
+
+#: What writes a file: a producer calling one of these writes around the writer's policy.
+_WRITES = {"write_text", "write_bytes", "mkstemp", "fdopen", "open", "os.replace", "os.rename"}
+
+
+def _called(node: ast.Call) -> str:
+    """``name``, ``attr`` or ``os.attr``: the called function as the check names it."""
+    func = node.func
+    if isinstance(func, ast.Attribute):
+        owner = func.value.id if isinstance(func.value, ast.Name) else ""
+        return f"os.{func.attr}" if owner == "os" else func.attr
+    return getattr(func, "id", "")
+
+
+def test_only_the_writer_writes_the_outputs_files() -> None:
+    """The producers of render, container and reframe call no file-writing function;
+    their files reach the disk only through torchmpi.output (header, policy, modes)."""
+    known = _modules()
+    offenders = {}
+    for out in OUTPUTS:
+        for mod in _family(out, known):
+            tree = ast.parse(known[mod].read_text(encoding="utf-8"))
+            calls = {_called(node) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+            if calls & _WRITES:
+                offenders[mod] = sorted(calls & _WRITES)
+    assert not offenders, offenders
+    assert "replace_files" in (PACKAGE / "output.py").read_text(encoding="utf-8")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from torchmpi import paths, runtime
+from torchmpi import output, paths, runtime
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
 from torchmpi.lock import root_name
@@ -226,7 +226,7 @@ def _stand_in_for_absent_python(env_dir: Path, tree: Path) -> None:
 def _deploy(spack, tree: Path, name: str) -> Deployed:
     site = sitemod.load(name)
     env_dir = tree / "environments" / name
-    renderer.write(env_dir, renderer.render(site, env_dir))
+    output.write(env_dir, renderer.render(site, env_dir))
     _stand_in_for_absent_python(env_dir, tree)
     dep = Deployed(site, env_dir, tree / f"store-{name}", tree / f"modules-{name}",
                    centre=_centre_tree(tree / f"centre-{name}", site))
@@ -609,7 +609,7 @@ def two_releases(spack, deployed, tmp_path_factory) -> TwoReleases:
     site = edited_site(tmp_path_factory.mktemp("two-releases-site"), "derecho",
                        lambda d: d.update(torch={"versions": versions}))
     env_dir = tree / "environments" / "derecho-two-releases"
-    renderer.write(env_dir, renderer.render(site, env_dir))
+    output.write(env_dir, renderer.render(site, env_dir))
     _stand_in_for_absent_python(env_dir, tree)
     dep = Deployed(site, env_dir, base.store, tree / "modules-derecho-two-releases",
                    centre=base.centre)

@@ -17,7 +17,7 @@ import pytest
 from support.disk import limit_file_size
 from support.mpi_launch import job_env, wrong_allreduce_torchmpi
 from support.sites import edited_site, write_site
-from torchmpi import paths, runtime
+from torchmpi import parseback, paths, runtime
 from torchmpi import reframe as rfmconf
 from torchmpi import site as sitemod
 from torchmpi.cli import main
@@ -182,7 +182,8 @@ def test_a_file_not_ours_is_kept_without_force(tmp_path, capsys):
 
 def test_config_that_does_not_load_back_is_refused():
     with pytest.raises(InternalError, match="does not load back"):
-        rfmconf.check_config("site_configuration = {'systems': []}\n", {"systems": [1]})
+        parseback.python_text("site_configuration = {'systems': []}\n",
+                              {"site_configuration": {"systems": [1]}}, "settings.py")
 
 
 def _local_site(tmp_path: Path, checks: dict | None = None) -> Path:

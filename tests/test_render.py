@@ -18,7 +18,7 @@ import yaml
 from support.disk import limit_file_size
 from support.shell import sourced
 from support.sites import edited_site, write_site
-from torchmpi import paths, runtime, spackenv, yamltext
+from torchmpi import output, paths, runtime, spackenv, yamltext
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
 from torchmpi.cli import main
@@ -192,7 +192,7 @@ def test_header_names_the_site_file_relative_to_the_checkout() -> None:
     text = renderer.render(sitemod.load("perlmutter"),
                            paths.environments_dir() / "perlmutter")["spack.yaml"]
     assert text.startswith("# Rendered by torchmpi ")
-    assert renderer.rendered_from(text) == "sites/perlmutter.yaml"
+    assert output.rendered_from(text) == "sites/perlmutter.yaml"
     assert str(paths.root()) not in text  # no path of the rendering machine
 
 
@@ -223,7 +223,7 @@ def test_site_file_outside_sites_needs_an_output_directory(checkout: Path, tmp_p
     assert _tree_hash(checkout / "environments") == before
     out = tmp_path / "out"
     assert main(["render", str(outside), "-o", str(out)]) == 0
-    assert renderer.rendered_from((out / "spack.yaml").read_text()) == "derecho.yaml"
+    assert output.rendered_from((out / "spack.yaml").read_text()) == "derecho.yaml"
 
 
 def test_symlink_in_sites_pointing_outside_is_refused(checkout: Path, tmp_path: Path,
@@ -249,7 +249,7 @@ def test_environment_of_another_site_needs_force(checkout: Path, capsys) -> None
     assert "--force" in err
     assert _tree_hash(derecho) == before
     assert main(["render", "perlmutter", "-o", str(derecho), "--force"]) == 0
-    assert renderer.rendered_from((derecho / "spack.yaml").read_text()) == "sites/perlmutter.yaml"
+    assert output.rendered_from((derecho / "spack.yaml").read_text()) == "sites/perlmutter.yaml"
 
 
 # --- the installed tool works outside the checkout ---------------------------
@@ -323,7 +323,7 @@ def test_render_interrupted_by_a_full_disk_leaves_old_files_whole(tmp_path: Path
     temporary file is left, and the error is a one-line refusal."""
     out = tmp_path / "env"
     old_site = edited_site(tmp_path, "derecho")
-    renderer.write(out, renderer.render(old_site, out))
+    output.write(out, renderer.render(old_site, out))
     old = {p.name: p.read_bytes() for p in out.iterdir()}
     new_dir = tmp_path / "new"
     new_dir.mkdir()

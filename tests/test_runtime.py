@@ -14,7 +14,7 @@ import yaml
 from support.shell import sourced
 from support.sites import edited_site, site_data
 from support.sites import edited_site as _site
-from torchmpi import paths, runtime
+from torchmpi import output, paths, runtime
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
 from torchmpi.checks.schema import fill_defaults, site_schema
@@ -167,7 +167,7 @@ def test_spack_env_activate_applies_prepend_append_like_runtime_sh(spack, tmp_pa
     (tmp_path / "tree").mkdir()
     (tmp_path / "tree" / "spack_repo").symlink_to(paths.root() / "spack_repo")
     files = renderer.render(site, env_dir)
-    renderer.write(env_dir, files)
+    output.write(env_dir, files)
     job = {"LD_LIBRARY_PATH": "/usr/lib/a", "PYTHONPATH": "/home/me/py"}
     proc = subprocess.run([str(spack.exe), "env", "activate", "--sh", str(env_dir)],
                           env=dict(spack.env, **job), capture_output=True, text=True,

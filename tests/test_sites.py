@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support.host_tools import load_site, path_without
-from torchmpi import detect, paths
+from torchmpi import detect, output, paths
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
 from torchmpi.autokeys import auto_keys
@@ -140,11 +140,11 @@ def test_committed_environment_is_up_to_date(name: str, capsys) -> None:
 def test_render_is_deterministic(name: str, tmp_path: Path) -> None:
     site = load_site(name, tmp_path)
     first = renderer.render(site, tmp_path / "env")
-    renderer.write(tmp_path / "env", first)
+    output.write(tmp_path / "env", first)
     before = {p.name: p.read_bytes() for p in (tmp_path / "env").iterdir()}
     second = renderer.render(load_site(name, tmp_path), tmp_path / "env")
     assert first == second
-    assert renderer.write(tmp_path / "env", second).written == []
+    assert output.write(tmp_path / "env", second).written == []
     assert {p.name: p.read_bytes() for p in (tmp_path / "env").iterdir()} == before
 
 
@@ -155,7 +155,7 @@ def test_header_records_version_pins_and_site_hash() -> None:
     assert "torchmpi 0.1.0" in text
     assert pins["TORCHMPI_SPACK_TAG"] in text and pins["TORCHMPI_SPACK_PACKAGES_TAG"] in text
     assert f"site-sha256: {site.sha256}" in text
-    assert not renderer.hand_edited(text)
+    assert not output.hand_edited(text)
 
 
 def test_environment_finds_the_repo_relatively() -> None:
@@ -265,7 +265,7 @@ def test_read_only_output_directory(tmp_path: Path, capsys) -> None:
 
 def test_atomic_write_leaves_no_temp_files(tmp_path: Path) -> None:
     out = tmp_path / "env"
-    renderer.write(out, renderer.render(sitemod.load("derecho"), out))
+    output.write(out, renderer.render(sitemod.load("derecho"), out))
     assert sorted(p.name for p in out.iterdir()) == sorted(renderer.FILES)
 
 

@@ -28,33 +28,32 @@ from the site file, so the torchmpi checks (package data,
 
 The configuration is a Python file (the PALS launcher must be registered before
 ReFrame builds the partitions, which only a Python configuration can do); its
-data is a literal, parsed back with :func:`ast.literal_eval` before anything is
-written, and files are renamed into place.
+data is a literal.  This module builds the files; the writer
+(:mod:`torchmpi.output`) parses each back (settings.py with
+:func:`ast.literal_eval` against the data, the scripts with ``bash -n``), adds
+the header and applies the write policy render's files have: a file not
+written by ``torchmpi reframe``, edited by hand, or written from another site
+file is replaced only with ``--force``.
 """
 
 from __future__ import annotations
 
-import ast
-import hashlib
 import re
 import shlex
-import shutil
-import subprocess
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from pprint import pformat
 from typing import Any
 
-from torchmpi import __version__, render, runtime
-from torchmpi.errors import InternalError, UserError
+from torchmpi import output, runtime, runtimesh
+from torchmpi.errors import UserError
+from torchmpi.output import Body
 from torchmpi.site import Site
 
 CONFIG = "settings.py"
 SCRIPT = "run-checks.sh"
-RUNTIME = "runtime.sh"
-#: The first line of every file written here: how an old one is recognised as ours.
-MARK = "# Written by torchmpi reframe"
+RUNTIME = runtimesh.NAME
 
 #: site ``launcher`` -> ReFrame scheduler.  ``pbspro`` (not ``pbs``): Derecho runs PBS Pro.
 SCHEDULERS = {"slurm": "slurm", "pbs": "pbspro", "mpiexec": "local"}
@@ -245,16 +244,7 @@ def configuration(site: Site, *, env_from: str, outdir: Path,
     }
 
 
-def _header(site: Site, body: str) -> list[str]:
-    return [
-        f"{MARK} {__version__} from {site.path.name}; do not edit by hand:",
-        f"# run `torchmpi reframe {site.name}` again after changing the site file.",
-        f"# site-sha256: {site.sha256}",
-        f"# body-sha256: {hashlib.sha256(body.encode()).hexdigest()}",
-    ]
-
-
-def config_text(site: Site, config: dict[str, Any]) -> str:
+def config_body(config: dict[str, Any]) -> Body:
     """settings.py: the PALS launcher import where needed, then the data as a literal."""
     body = []
     if config["systems"][0]["partitions"][0]["launcher"] == "pals":
@@ -262,31 +252,14 @@ def config_text(site: Site, config: dict[str, Any]) -> str:
                  f"sys.path.insert(0, {str(library_dir())!r})",
                  "import torchmpi_launchers  # noqa: E402,F401  (registers 'pals')", ""]
     body.append(f"site_configuration = {pformat(config, width=99, sort_dicts=False)}")
-    text = "\n".join(body) + "\n"
-    check_config(text, config)
-    return "\n".join(_header(site, text)) + "\n" + text
+    return Body("\n".join(body) + "\n", {"site_configuration": config})
 
 
-def check_config(text: str, config: dict[str, Any]) -> None:
-    """The text must compile and its ``site_configuration`` must be exactly ``config``."""
-    try:
-        tree = ast.parse(text)
-        value = next(node.value for node in tree.body if isinstance(node, ast.Assign)
-                     and [t.id for t in node.targets if isinstance(t, ast.Name)]
-                     == ["site_configuration"])
-        loaded = ast.literal_eval(value)
-    except (SyntaxError, ValueError, StopIteration) as err:
-        raise InternalError(f"{CONFIG}: the written text does not parse back ({err}); nothing "
-                        "was written (a torchmpi bug, please report it)") from None
-    if loaded != config:
-        raise InternalError(f"{CONFIG}: the written text does not load back to its data; nothing "
-                        "was written (a torchmpi bug, please report it)")
-
-
-def script_text(site: Site) -> str:
+def script_body() -> str:
     """run-checks.sh: ReFrame's own command line with this configuration and the library."""
     checks = library_dir() / "torchmpi_checks.py"
-    body = "\n".join([
+    return "\n".join([
+        "#!/bin/bash",
         "# ReFrame's own command line: this directory's settings.py, torchmpi's checks,",
         "# and your arguments (default -r: run).  e.g. ./run-checks.sh -l, or",
         "# ./run-checks.sh -r -n torchmpi_allreduce -S num_nodes=2",
@@ -295,15 +268,6 @@ def script_text(site: Site) -> str:
         'if [ "$#" -eq 0 ]; then set -- -r; fi',
         f'exec "${{REFRAME:-reframe}}" -C "$here/{CONFIG}" -c {shlex.quote(str(checks))} "$@"',
     ]) + "\n"
-    bash = shutil.which("bash")
-    if bash:
-        proc = subprocess.run([bash, "-n"], input=body, capture_output=True, text=True,
-                              check=False)
-        if proc.returncode != 0:
-            raise InternalError(f"{SCRIPT}: the written text does not parse"
-                                f" ({proc.stderr.strip()}); nothing was written"
-                                " (a torchmpi bug, please report it)")
-    return "#!/bin/bash\n" + "\n".join(_header(site, body)) + "\n" + body
 
 
 @dataclass
@@ -314,45 +278,19 @@ class Output:
 
 def build(site: Site, outdir: Path, *, env_from: str | None = None,
           extra_prepare: list[str] | None = None) -> Output:
-    """Every file's text, each checked, before anything is written."""
+    """Every file's text, each parsed back and headed, before anything is written."""
     has_modules = bool((site.data.get("install") or {}).get("modules_root"))
     env_from = env_from or ("module" if has_modules else "runtime-sh")
     config = configuration(site, env_from=env_from, outdir=outdir,
                            extra_prepare=list(extra_prepare or []))
-    files = {CONFIG: config_text(site, config), SCRIPT: script_text(site)}
+    bodies: dict[str, str | Body] = {CONFIG: config_body(config), SCRIPT: script_body()}
     if env_from == "runtime-sh":
-        body = render.runtime_sh(site)  # exactly as `torchmpi render` writes it
-        files[RUNTIME] = MARK + f" {__version__} from {site.path.name}\n" + body
-    return Output(outdir, files)
+        bodies[RUNTIME] = runtimesh.body(site)  # the lines `torchmpi render` writes
+    return Output(outdir, output.assemble("reframe", site, bodies))
 
 
 def write(out: Output, force: bool = False) -> list[str]:
-    """Write atomically; a file there that is not ours is replaced only with ``force``."""
-    outdir = out.outdir
-    try:
-        outdir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserError(f"{outdir}: cannot create the output directory: {err.strerror}") from None
-    foreign, edited = [], []
-    for name, text in out.files.items():
-        path = outdir / name
-        if path.exists():
-            try:
-                old = path.read_text(errors="replace")
-            except OSError:
-                old = ""
-            if not any(line.startswith(MARK) for line in old.splitlines()[:2]):
-                foreign.append(name)
-            elif old != text and "# body-sha256: " in old and render.hand_edited(old):
-                # The same test `torchmpi render` applies to its files: the body no
-                # longer has the sha256 its header recorded.
-                edited.append(name)
-    if foreign and not force:
-        raise UserError(f"{outdir}: {', '.join(foreign)} not written by torchmpi reframe; "
-                        "choose another directory, or re-run with --force to replace it")
-    if edited and not force:
-        raise UserError(f"{outdir}: {', '.join(edited)} edited by hand since it was written;"
-                        " move the change into the site file, or re-run with --force to"
-                        " overwrite it")
-    render.replace_files(outdir, out.files, {SCRIPT: 0o755})
+    """Write through the writer's policy; returns every file of the set (written or
+    already up to date)."""
+    output.write(out.outdir, out.files, force=force)
     return list(out.files)

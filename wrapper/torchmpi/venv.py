@@ -48,7 +48,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from torchmpi import render, site
+from torchmpi import output, site
 from torchmpi.errors import UserError
 from torchmpi.lock import Lock
 
@@ -103,7 +103,7 @@ def constraints_text(pins: dict[str, str], source: str) -> str:
 def find_lock(site_name: str) -> Path:
     """The site's concretized environment: environments/<site>/spack.lock."""
     loaded = site.load(site_name)
-    path = render.default_outdir(loaded) / "spack.lock"
+    path = output.default_outdir("render", loaded) / "spack.lock"
     if not path.is_file():
         raise UserError(f"{path}: no spack.lock for site '{loaded.name}'; run `torchmpi "
                         f"concretize {loaded.name}` first, or give the lock with --lock FILE")

@@ -19,7 +19,7 @@ from typing import Any, Union
 
 import yaml
 
-from torchmpi.errors import InternalError
+from torchmpi import parseback
 
 #: Characters YAML (1.1, PyYAML) or a shell treat as ending a line, and other
 #: control or format characters that have no business in a comment.
@@ -68,15 +68,14 @@ class Block:
 Part = Union[str, Block]
 
 
+def join(parts: list[Part]) -> str:
+    """The text of comment parts and YAML blocks, in order."""
+    return "".join(p.text() if isinstance(p, Block) else p for p in parts)
+
+
 def document(parts: list[Part], expected: dict[str, Any], name: str) -> str:
-    """Join comment text and YAML blocks; refuse a text that does not load back to ``expected``."""
-    text = "".join(p.text() if isinstance(p, Block) else p for p in parts)
-    try:
-        parsed = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise InternalError(f"{name}: the rendered text is not valid YAML ({err});"
-                        " nothing was written (a torchmpi bug, please report it)") from None
-    if parsed != expected:
-        raise InternalError(f"{name}: the rendered text does not load back to the data it was"
-                        " built from; nothing was written (a torchmpi bug, please report it)")
+    """Join comment text and YAML blocks; refuse a text that does not load back to ``expected``
+    (:func:`torchmpi.parseback.yaml_text`, the writer's YAML check)."""
+    text = join(parts)
+    parseback.yaml_text(text, expected, name)
     return text

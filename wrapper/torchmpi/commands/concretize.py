@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from torchmpi import offsite, spackrun, torches, writable
+from torchmpi import offsite, output, spackrun, torches, writable
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
 from torchmpi.commands import arguments
@@ -94,7 +94,7 @@ def _lock_is_stale(outdir: Path) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     site = sitemod.load(args.site)
-    outdir = args.output or renderer.default_outdir(site)
+    outdir = output.outdir("render", site, args.output)
     # Before the solve, not after it: Spack writes spack.lock at the very end.
     writable.check_dir(outdir, "-o/--output" if args.output else "environment directory")
     spackrun.executable()  # a missing Spack is reported now, not after rendering
@@ -102,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
     for note in torches.notes(site.data):  # found now, not as a PatchError in the build
         print(f"torchmpi concretize: note: {note}", file=sys.stderr)
     files = renderer.render(site, outdir)
-    if renderer.diff(outdir, files):
-        result = renderer.write(outdir, files, force=args.force)
+    if output.diff(outdir, files):
+        result = output.write(outdir, files, force=args.force)
         print(f"rendered {outdir} ({', '.join(result.written)})", file=sys.stderr)
     echo = (lambda _line: None) if args.quiet else (lambda line: print(line, file=sys.stderr))
     print(f"==> concretizing {site.name} in {outdir} (this takes minutes)", file=sys.stderr)

@@ -6,9 +6,8 @@ import argparse
 import json
 
 from torchmpi import container as containermod
-from torchmpi import render as renderer
+from torchmpi import output, writable
 from torchmpi import site as sitemod
-from torchmpi import writable
 from torchmpi.commands import arguments
 
 EXAMPLE = """\
@@ -41,10 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     site = sitemod.load(args.site)
-    outdir = args.output or containermod.default_outdir(site)
+    outdir = output.outdir("container", site, args.output)
     writable.check_dir(outdir, "-o/--output" if args.output else "container directory")
     files = containermod.render(site)
-    result = renderer.write(outdir, files, force=args.force)
+    result = output.write(outdir, files, force=args.force)
     status = "written" if result.written else "unchanged"
     if args.json:
         print(json.dumps({"site": site.name, "output": str(outdir), "status": status,

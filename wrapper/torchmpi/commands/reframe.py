@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
+from torchmpi import output, writable
 from torchmpi import reframe as rfmconf
 from torchmpi import site as sitemod
-from torchmpi import writable
 from torchmpi.commands import arguments
 
 EXAMPLE = """\
@@ -29,14 +28,14 @@ def register(sub: argparse._SubParsersAction) -> None:
             "launcher and its flags, GPUs per node, features, the environment, performance\n"
             "references) and DIR/run-checks.sh, which runs ReFrame with it on torchmpi's\n"
             "check library (doctor, all-reduce per backend, NCCL network), passing its\n"
-            "arguments to ReFrame.  Files not written by this command are not replaced\n"
-            "without --force."
+            "arguments to ReFrame.  Files not written by this command, edited by hand or\n"
+            "written from another site file are not replaced without --force."
         ),
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     arguments.site(p)
-    arguments.output(p, "output directory", "./reframe-SITE")
+    arguments.output(p, "output directory", "reframe/SITE in the checkout")
     p.add_argument("--env", choices=("module", "runtime-sh"), default=None, dest="env_from",
                    help="how jobs get the site's torch: its modules, or DIR/runtime.sh after "
                         "--prepare commands (default: module when install.modules_root is "
@@ -51,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     site = sitemod.load(args.site)
-    outdir = args.output or Path(f"reframe-{site.name}")
+    outdir = output.outdir("reframe", site, args.output)
     writable.check_dir(outdir, "-o/--output" if args.output else "output directory")
     modules_root = (site.data.get("install") or {}).get("modules_root")
     if (args.env_from or ("module" if modules_root else "runtime-sh")) == "runtime-sh" \

@@ -5,14 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-from torchmpi import paths, torches, writable
+from torchmpi import output, torches, writable
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
 from torchmpi.checks import network
 from torchmpi.commands import arguments
-from torchmpi.errors import UserError
 
 EXAMPLE = """\
 examples:
@@ -49,28 +47,11 @@ def _report(args: argparse.Namespace, record: dict, text: str) -> None:
         print(json.dumps(record, indent=2) if args.json else text)
 
 
-def _in_sites_dir(path: Path) -> bool:
-    """Whether a site file is (really, after symlinks) one of the checkout's sites/."""
-    try:
-        path.resolve().relative_to(paths.sites_dir().resolve())
-    except ValueError:
-        return False
-    return True
-
-
 def run(args: argparse.Namespace) -> int:
     site = sitemod.load(args.site)
-    if args.output is None and not _in_sites_dir(site.path):
-        real = site.path.resolve()
-        link = f" (a link to {real})" if real != site.path.absolute() else ""
-        raise UserError(
-            f"{site.path}{link}: not a file under {paths.sites_dir()}, and environments/"
-            " holds only the checkout's own sites; give the output directory with -o DIR,"
-            " or copy the file into sites/"
-        )
+    outdir = output.outdir("render", site, args.output)
     for note in [*torches.notes(site.data), *network.notes(site.data)]:  # found now
         print(f"torchmpi render: note: {note}", file=sys.stderr)
-    outdir = args.output or renderer.default_outdir(site)
     record = {"site": site.name, "output": str(outdir)}
     if not args.check:
         writable.check_dir(outdir, "-o/--output" if args.output else "environment directory")
@@ -82,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                   f" {args.site}`", file=sys.stderr)
             _report(args, {**record, "status": "never-rendered"}, "")
             return 1
-        text = renderer.diff(outdir, files)
+        text = output.diff(outdir, files)
         if text:
             if args.json:
                 _report(args, {**record, "status": "differs", "diff": text}, "")
@@ -94,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         _report(args, {**record, "status": "up-to-date"},
                 f"{outdir}: up to date with {site.path.name}")
         return 0
-    result = renderer.write(outdir, files, force=args.force)
+    result = output.write(outdir, files, force=args.force)
     status = "written" if result.written else "unchanged"
     text = f"{outdir}: " + (f"wrote {', '.join(result.written)}" if result.written else status)
     _report(args, {**record, "status": status, "written": result.written,

@@ -31,20 +31,15 @@ descriptors put on ``LD_LIBRARY_PATH``.  ``DT_RUNPATH`` is searched after it.
 The package: :mod:`~torchmpi.container.plan` decides what the image carries and
 what the host injects, :mod:`~torchmpi.container.image` writes the recipe,
 :mod:`~torchmpi.container.descriptors` the run-time files, one function per
-runtime; this module puts them together with the provenance header.
-
-Every file is parsed back before it is written (YAML loads to its data, TOML
-through :mod:`tomllib`, shell through ``bash -n``, the Containerfile through
-:func:`parse_containerfile`), and written through :func:`torchmpi.render.write`
-(atomic, hand-edit and foreign-site detection).
+runtime; this module puts them together and hands them to the writer
+(:mod:`torchmpi.output`), which adds the provenance header, parses every file
+back by its format (YAML, TOML, shell; the Containerfile is parsed back here,
+by :func:`parse_containerfile`) and owns the write policy, as for render.
 """
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
-from torchmpi import __version__, paths
+from torchmpi import output
 from torchmpi.container.descriptors import (
     DESCRIPTORS,
     MARKER,
@@ -55,7 +50,6 @@ from torchmpi.container.descriptors import (
     srun_line,
 )
 from torchmpi.container.image import (
-    _pins,
     check_containerfile,
     containerfile,
     containerfile_instructions,
@@ -92,7 +86,6 @@ from torchmpi.container.plan import (
     plan,
 )
 from torchmpi.site import Site
-from torchmpi.yamltext import comment
 
 __all__ = [
     "CE_HMEM",
@@ -122,7 +115,6 @@ __all__ = [
     "check_containerfile",
     "containerfile",
     "containerfile_instructions",
-    "default_outdir",
     "descriptors",
     "edf",
     "edf_text",
@@ -141,37 +133,9 @@ __all__ = [
 
 # -- the whole set ---------------------------------------------------------------------------
 
-def _header(site: Site, body: str, shebang: bool) -> tuple[str, str]:
-    """(text before the body's first line, body without it): the provenance header of
-    :func:`torchmpi.render.header`, after a script's ``#!`` line."""
-    from torchmpi.render import site_label
-
-    spack, packages, _ = _pins()
-    first = ""
-    if shebang and body.startswith("#!"):
-        first, _, body = body.partition("\n")
-        first += "\n"
-    head = comment(
-        f"Rendered by torchmpi {__version__} from {site_label(site)}; do not edit by hand:",
-        f"change the site file and run `torchmpi container {site.name}` (docs/containers.md).",
-        f"spack {spack}, builtin spack-packages {packages}",
-        f"site-sha256: {site.sha256}",
-        f"body-sha256: {hashlib.sha256(body.encode()).hexdigest()}",
-    )
-    return first + head, body
-
-
 def render(site: Site) -> dict[str, str]:
     """File name -> full text, each parsed back; refuses before anything is built."""
     p = plan(site)
     bodies = {"spack.yaml": spack_yaml(site, p), "Containerfile": containerfile(site, p),
               **descriptors(site, p)}
-    out = {}
-    for name, body in bodies.items():
-        head, rest = _header(site, body, name.endswith(".sh"))
-        out[name] = head + rest
-    return out
-
-
-def default_outdir(site: Site) -> Path:
-    return paths.root() / "containers" / site.name
+    return output.assemble("container", site, bodies)

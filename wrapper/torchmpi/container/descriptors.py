@@ -3,18 +3,17 @@
 :data:`DESCRIPTORS` maps a runtime to the function that writes its files, as Spack's
 ``container/writers.py`` registers one writer per format: a CE EDF (TOML), a
 podman-hpc run line and module, a shifter job header, an apptainer bind-model
-wrapper, or a plain podman line.  Every shell file is checked with ``bash -n``.
+wrapper, or a plain podman line.  Every file is parsed back by the writer
+(:mod:`torchmpi.output`: shell through ``bash -n``, YAML, TOML).
 """
 
 from __future__ import annotations
 
 import shlex
-import shutil
-import subprocess
 from collections.abc import Callable
 from typing import Any
 
-from torchmpi import __version__, runtime
+from torchmpi import __version__, parseback, runtime
 from torchmpi.container.plan import (
     CE_HOOK_VARIANT,
     HOST_LD_PATH,
@@ -22,7 +21,6 @@ from torchmpi.container.plan import (
     PODMAN_HPC_SYSTEM_BINDS,
     Plan,
 )
-from torchmpi.errors import InternalError
 from torchmpi.site import Site
 from torchmpi.yamltext import Block, comment, document
 
@@ -61,12 +59,9 @@ def edf(site: Site, p: Plan) -> dict[str, Any]:
 
 def _toml(data: dict[str, Any], name: str) -> str:
     import tomli_w
-    import tomllib
 
     text = tomli_w.dumps(data)
-    if tomllib.loads(text) != data:
-        raise InternalError(f"{name}: the rendered TOML does not load back to its data;"
-                        " nothing was written (a torchmpi bug, please report it)")
+    parseback.toml_text(text, data, name)
     return text
 
 
@@ -260,16 +255,6 @@ def shifter_sh(site: Site, p: Plan) -> str:
     return "\n".join(["#!/usr/bin/env bash", *comment(*what).splitlines(), *body]) + "\n"
 
 
-def _check_shell(name: str, text: str) -> None:
-    bash = shutil.which("bash")
-    if not bash:
-        return
-    proc = subprocess.run([bash, "-n"], input=text, capture_output=True, text=True, check=False)
-    if proc.returncode:
-        raise InternalError(f"{name}: the rendered text does not parse ({proc.stderr.strip()});"
-                        " nothing was written (a torchmpi bug, please report it)")
-
-
 def _ce_files(site: Site, p: Plan) -> dict[str, str]:
     return {f"{site.name}.toml": edf_text(site, p)}
 
@@ -304,9 +289,5 @@ DESCRIPTORS: dict[str, Callable[[Site, Plan], dict[str, str]]] = {
 
 
 def descriptors(site: Site, p: Plan) -> dict[str, str]:
-    """The runtime's files, each shell file checked with ``bash -n``."""
-    out = DESCRIPTORS[p.runtime](site, p)
-    for name, text in out.items():
-        if name.endswith(".sh"):
-            _check_shell(name, text)
-    return out
+    """The runtime's files (the writer parses each back by its format)."""
+    return DESCRIPTORS[p.runtime](site, p)

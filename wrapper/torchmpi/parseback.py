@@ -1,0 +1,108 @@
+"""One parse-back per format: the check every written file passes before it may replace one.
+
+torchmpi writes YAML (Spack environments, the podman-hpc module), TOML (the CE
+EDF), shell (runtime.sh, the container wrappers, run-checks.sh) and Python
+(ReFrame's settings.py).  Each is built from data, and each is read back with
+the reader its consumer uses -- PyYAML's safe loader (the same dumper's
+counterpart), :mod:`tomllib`, ``bash -n``, :mod:`ast` -- and, where the data is
+known, compared with it.  A text that fails is a bug in torchmpi, never bad
+input, so the failure is an :class:`~torchmpi.errors.InternalError` and nothing
+is written.
+
+:func:`check` picks the reader from the file name (:data:`FORMATS`), so the
+writer (:mod:`torchmpi.output`) runs the one check of each file's format
+whichever verb built it.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from torchmpi.errors import InternalError
+
+#: Said after every parse-back failure: what happened to the files, and whose fault it is.
+_NOTHING = "nothing was written (a torchmpi bug, please report it)"
+
+
+def yaml_text(text: str, expected: Any, name: str) -> None:
+    """The text must be YAML and, unless ``expected`` is None, load to exactly it."""
+    try:
+        parsed = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise InternalError(f"{name}: the rendered text is not valid YAML ({err}); {_NOTHING}"
+                            ) from None
+    if expected is not None and parsed != expected:
+        raise InternalError(f"{name}: the rendered text does not load back to the data it was"
+                            f" built from; {_NOTHING}")
+
+
+def toml_text(text: str, expected: Any, name: str) -> None:
+    """The text must be TOML (:mod:`tomllib`, as CE reads an EDF) and load to ``expected``."""
+    import tomllib
+
+    try:
+        parsed = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise InternalError(f"{name}: the rendered TOML does not parse ({err}); {_NOTHING}"
+                            ) from None
+    if expected is not None and parsed != expected:
+        raise InternalError(f"{name}: the rendered TOML does not load back to its data;"
+                            f" {_NOTHING}")
+
+
+def shell_text(text: str, expected: Any, name: str) -> None:
+    """``bash -n``: the script must at least parse (skipped where there is no bash).
+
+    ``expected`` is unused: a shell file has no data to load back to.
+    """
+    bash = shutil.which("bash")
+    if not bash:
+        return
+    proc = subprocess.run([bash, "-n"], input=text, capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        raise InternalError(f"{name}: the rendered text does not parse"
+                            f" ({proc.stderr.strip()}); {_NOTHING}")
+
+
+def python_text(text: str, expected: dict[str, Any] | None, name: str) -> None:
+    """The text must compile; each ``NAME = literal`` named in ``expected`` must be its value.
+
+    :func:`ast.literal_eval`, not an import: the file is checked without running it.
+    """
+    try:
+        tree = ast.parse(text)
+        found = {target.id: node.value for node in tree.body if isinstance(node, ast.Assign)
+                 for target in node.targets if isinstance(target, ast.Name)}
+        loaded = {var: ast.literal_eval(found[var]) for var in (expected or {})}
+    except (SyntaxError, ValueError, KeyError) as err:
+        raise InternalError(f"{name}: the written text does not parse back ({err}); {_NOTHING}"
+                            ) from None
+    if expected is not None and loaded != expected:
+        raise InternalError(f"{name}: the written text does not load back to its data;"
+                            f" {_NOTHING}")
+
+
+#: File-name suffix -> its format's parse-back.  A file of another format (the
+#: Containerfile) is checked by the module that knows its grammar.
+FORMATS: dict[str, Callable[[str, Any, str], None]] = {
+    ".yaml": yaml_text,
+    ".yml": yaml_text,
+    ".toml": toml_text,
+    ".sh": shell_text,
+    ".py": python_text,
+}
+
+
+def check(name: str, text: str, expected: Any = None) -> None:
+    """Run the parse-back of ``name``'s format on ``text`` (nothing for an unknown format)."""
+    for suffix, reader in FORMATS.items():
+        if name.endswith(suffix):
+            reader(text, expected, name)
+            return
