@@ -88,6 +88,9 @@ def test_site_concretizes_to_one_torch_on_the_sites_mpi(solved, name) -> None:
     torch = torches[0]
     assert torch.namespace == "torchmpi"
     assert torch.variants.get("mpi") is True and torch.variants.get("distributed") is True
+    if site.gpu_vendor == "amd":  # builtin py-torch conflicts +gloo+rocm
+        _amd_checks(lock, site, torch)
+        return
     # gloo: builtin py-torch defaults to ~gloo; allreduce/doctor's CPU path needs it.
     assert torch.variants.get("gloo") is True
     assert "gloo" in {n for n, _, _ in torch.deps}
@@ -127,6 +130,35 @@ def test_site_concretizes_to_one_torch_on_the_sites_mpi(solved, name) -> None:
         assert "nccl" in deps and "libfabric" in deps
         assert all(f.external for f in lock.named("libfabric"))
         assert lock.named("libfabric")[0].variants.get("fabrics") == ["cxi"]
+
+
+def _amd_checks(lock: Lock, site: sitemod.Site, torch) -> None:
+    """An AMD site: py-torch +rocm for its targets, RCCL of its ROCm release, no CUDA
+    and no NVIDIA NCCL, Cray MPICH +rocm (GTL for HSA), the site's ROCm externals, and
+    on Slingshot the plugin built +rocm at the pair vouched with that RCCL."""
+    from torchmpi import gpuvendor
+
+    d, rocm = site.data, site.rocm["version"]
+    assert torch.variants.get("rocm") is True and torch.variants.get("cuda") is False
+    assert torch.variants.get("amdgpu_target") == site.amdgpu_targets
+    assert torch.variants.get("gloo") is False and torch.variants.get("nccl") is True
+    assert torch.variants.get("cuda_aware_mpi") is d["mpi"].get("cuda_aware", True)
+    assert not lock.named("cuda") and not lock.named("nccl")
+    (rccl,) = lock.named("rccl")
+    assert rccl.version == rocm and rccl.variants.get("amdgpu_target") == site.amdgpu_targets
+    (mpi,) = lock.mpi()
+    assert mpi.external and mpi.variants.get("rocm") is True
+    for name in gpuvendor.table()["amd"]["rocm_components"]:
+        found = lock.named(name)
+        assert found and all(n.external and n.version == rocm for n in found), name
+    plugin = lock.named("aws-ofi-nccl")
+    assert bool(plugin) == (d["fabric"] == "slingshot")
+    if plugin:
+        (plugin,) = plugin
+        assert plugin.version == gpuvendor.rccl_pair(rocm)[1]
+        assert plugin.variants.get("rocm") is True and plugin.variants.get("cxi") is True
+        assert {"hip", "libfabric"} <= {n for n, _, _ in plugin.deps}
+        assert all(f.external for f in lock.named("libfabric"))
 
 
 @pytest.mark.parametrize("name", SITES)
