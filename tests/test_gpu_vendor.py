@@ -222,7 +222,9 @@ def test_amd_runtime_layers_vendor_and_centre() -> None:
     assert rt.set["FI_MR_CACHE_MONITOR"] == "kdreg2"
     assert rt.set["NCCL_SOCKET_IFNAME"] == "hsn0,hsn1,hsn2,hsn3"
     assert "NCCL_NET" not in rt.set and rt.by_nodes == {"NCCL_NET": ("OFI", "Socket")}
-    assert "NCCL_NET" not in rt.spack().get("set", {})
+    # The module and env_vars unset it: aws-ofi-nccl's run environment sets NCCL_NET,
+    # which would make RCCL abort in a one-node job on Frontier.
+    assert "NCCL_NET" not in rt.spack().get("set", {}) and rt.spack()["unset"] == ["NCCL_NET"]
     assert ('if [ "${SLURM_JOB_NUM_NODES:-1}" -gt 1 ]; then export NCCL_NET=OFI;'
             " else export NCCL_NET=Socket; fi") in runtime.shell_lines(rt)
     assert any("pytorch_frontier.rst:714" in src for _, src in rt.sources)

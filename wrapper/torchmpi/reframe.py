@@ -111,7 +111,9 @@ def access(site: Site) -> list[str]:
 def features(site: Site) -> list[str]:
     """What the checks select on; only what the site file states."""
     out = ["torchmpi", "mpi", site.data["mpi"]["kind"], site.data["fabric"]]
-    if site.gpu:
+    if site.gpu_vendor == "amd":  # ReFrame's AMD GPU feature; torch's nccl backend is RCCL
+        out += ["gpu", "amdgpu", "rocm", "nccl"]
+    elif site.gpu:
         out += ["gpu", "nvgpu", "cuda", "nccl"]
     if site.mpi_moves_device_buffers:
         out.append("cuda-aware-mpi")

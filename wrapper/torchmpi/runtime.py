@@ -60,11 +60,19 @@ class Runtime:
     #: (a module or env_vars cannot branch); OLCF's NCCL_NET on Frontier.
     by_nodes: dict[str, tuple[str, str]] = field(default_factory=dict)
 
-    def spack(self) -> dict[str, dict[str, str]]:
-        """Spack's environment-modification mapping (modules ``environment``, ``env_vars``)."""
+    def spack(self) -> dict[str, Any]:
+        """Spack's environment-modification mapping (modules ``environment``, ``env_vars``).
+
+        A :attr:`by_nodes` variable is ``unset`` there: only runtime.sh can choose
+        its value by the job's node count, and a package's run environment
+        underneath (aws-ofi-nccl +cxi sets ``NCCL_NET``) must not decide it.
+        """
         out = {"set": self.set, "prepend_path": self.prepend_path,
                "append_path": self.append_path}
-        return {op: dict(values) for op, values in out.items() if values}
+        mapping: dict[str, Any] = {op: dict(values) for op, values in out.items() if values}
+        if self.by_nodes:
+            mapping["unset"] = list(self.by_nodes)
+        return mapping
 
     def __bool__(self) -> bool:
         return bool(self.set or self.prepend_path or self.append_path or self.by_nodes)
