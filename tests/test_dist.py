@@ -111,8 +111,16 @@ def test_rank_without_size_is_an_error():
 
 
 def test_rank_outside_world_is_an_error():
-    with pytest.raises(LaunchError, match="outside"):
+    with pytest.raises(LaunchError, match=r"openmpi launch: rank 4 is outside 0\.\.3$"):
         launch_from_env({"OMPI_COMM_WORLD_RANK": "4", "OMPI_COMM_WORLD_SIZE": "4"})
+    with pytest.raises(LaunchError, match=r"rank -1 is outside 0\.\.5$"):
+        launch_from_env({"RANK": "-1", "WORLD_SIZE": "6"})
+
+
+def test_the_default_port_is_torchruns():
+    """docs.pytorch.org/docs/stable/elastic/run.html: ``--master-port`` defaults to 29500;
+    a job started without one meets torchrun's ranks there."""
+    assert DEFAULT_PORT == 29500
 
 
 def test_non_integer_is_an_error():
