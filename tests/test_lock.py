@@ -79,6 +79,7 @@ def test_versions_list_every_node_of_a_name_and_mark_externals(tmp_path: Path) -
     assert lock.versions("nccl") == "nccl@2.18.3-1 (external), nccl@2.29.2-1"
     assert lock.versions("absent") == "-"
     assert lock.summary()["mpi"] == "cray-mpich@8.1.27 (external)"
+    assert lock.summary()["targets"] == ["zen3"], "an external's (no) target is not built for"
 
 
 def test_a_node_read_whole(tmp_path: Path) -> None:

@@ -277,15 +277,47 @@ def test_a_runtime_gap_counts_only_nodes_of_the_sites_own_compiler(tmp_path: Pat
     specs = {
         "g12": _node("gcc", "12.2.0", external=True),
         "g11": _node("gcc", "11.4.0", external=True),
+        "g13": _node("gcc", "13.1.0", external=True),
         "l12": _node("llvm", "12.2.0", external=True),
         "rt": _node("gcc-runtime", "12.2.0"), "cw": _node("compiler-wrapper", "1"),
         "x": _node("zlib", "1.3", [("gcc", "g12", ["c"]), ("gcc-runtime", "rt", []),
                                    ("compiler-wrapper", "cw", [])]),
         "y": _node("bzip2", "1.0", [("gcc", "g11", ["c"])]),
         "z": _node("xz", "5.4", [("llvm", "l12", ["c"])]),
+        "w": _node("lz4", "1.9", [("gcc", "g13", ["c"])]),
     }
     lock = _lock(tmp_path, specs)
     assert offsite._runtime_gap(lock, "gcc@12.2.0") is None
     specs["x"]["dependencies"] = specs["x"]["dependencies"][:1]
     gap = offsite._runtime_gap(_lock(tmp_path, specs), "gcc@12.2.0")
     assert gap and gap.startswith("compiler runtime: 1 node(s) compiled by gcc@12.2.0"), gap
+
+
+def test_a_compiler_that_fails_or_cannot_run_has_no_version(tmp_path: Path) -> None:
+    """Exit status 1 after printing a version, a file that is not executable, a path
+    that does not exist: no version, and no exception."""
+    failing = tmp_path / "failing"
+    failing.write_text("#!/bin/sh\necho 12.2.0\nexit 1\n")
+    failing.chmod(0o755)
+    plain = tmp_path / "plain"
+    plain.write_text("12.2.0\n")
+    for exe in (failing, plain, tmp_path / "absent"):
+        assert offsite.compiler_version(exe) is None, exe
+
+
+def test_the_evidence_is_every_prefix_the_site_names(tmp_path: Path) -> None:
+    site = {"compilers": [{"spec": "gcc@12", "languages": {"c": "/c/gcc", "cxx": "/c/g++"}},
+                          {"spec": "nvhpc@24", "prefix": "/n"}],
+            "mpi": {"prefix": "/m"}, "libfabric": {"prefix": "/f"},
+            "gpu": {"cuda": {"prefix": "/cu"}, "cudnn": {"prefix": "/dnn"}},
+            "externals": [{"spec": "x@1", "prefix": "/x"}, {"spec": "y@1"}]}
+    assert [str(p) for p in offsite.evidence(site)] == [
+        "/c/gcc", "/c/g++", "/n", "/m", "/cu", "/dnn", "/f", "/x"]
+
+
+def test_a_lock_compiler_without_a_c_executable_is_not_run(tmp_path: Path) -> None:
+    """The site's compiler is in the lock and names no C compiler: nothing to compare."""
+    site = {"compilers": [{"spec": "gcc@12.2.0", "prefix": str(tmp_path / "absent")}]}
+    lock = _lock(tmp_path, {"c": _node("gcc", "12.2.0", external=True)})
+    lines = offsite.differences(site, lock)
+    assert not [line for line in lines if line.startswith("compiler:")], lines
