@@ -17,7 +17,7 @@ from support.doctor_inputs import mapped_at
 from support.host_tools import path_without
 from support.mpi_launch import TORCHMPI, job_env
 from torchmpi import doctor
-from torchmpi.doctor import container, gpu, mpi, nccl, origin, probe, site_env
+from torchmpi.doctor import container, gpu, mpi, nccl, network, origin, probe, site_env
 from torchmpi.doctor.core import CommandResult, job_nodes
 from torchmpi.doctor.probe import OK_MARK
 
@@ -392,15 +392,15 @@ def failure_catalogue() -> list:
         nccl.check_nccl_plugin({}, nccl.PluginInfo(errors={"libnccl-net.so": (
             "libfabric.so.1: cannot open shared object file: No such file or directory")}),
             True, 2),
-        nccl.check_socket_ifname({"NCCL_SOCKET_IFNAME": "eth7"}, ["lo", "hsn0"]),
-        nccl.check_nccl_network(_log("socket-fallback-hsn.log"), True, 2),
-        nccl.check_nccl_network(_log("plugin-clash.log"), True, 2),
-        nccl.check_nccl_network(_log("unhandled-system-error.log"), True, 2),
-        nccl.check_nccl_network(_log("plugin-provider-tcp.log"), True, 2),
-        nccl.check_nccl_network(_log("plugin-no-provider-line.log"), True, 2),
-        nccl.check_nccl_interfaces(_log("docker0.log"), 2),
-        nccl.check_nccl_interfaces(_log("plugin-bootstrap-virbr0.log"), 2),
-        nccl.check_nccl_interfaces(_log("loopback.log"), 2),
+        network.check_socket_ifname({"NCCL_SOCKET_IFNAME": "eth7"}, ["lo", "hsn0"]),
+        network.check_nccl_network(_log("socket-fallback-hsn.log"), True, 2),
+        network.check_nccl_network(_log("plugin-clash.log"), True, 2),
+        network.check_nccl_network(_log("unhandled-system-error.log"), True, 2),
+        network.check_nccl_network(_log("plugin-provider-tcp.log"), True, 2),
+        network.check_nccl_network(_log("plugin-no-provider-line.log"), True, 2),
+        network.check_nccl_interfaces(_log("docker0.log"), 2),
+        network.check_nccl_interfaces(_log("plugin-bootstrap-virbr0.log"), 2),
+        network.check_nccl_interfaces(_log("loopback.log"), 2),
         site_env.check_site_env(site, {"FI_CXI_DEFAULT_CQ_SIZE": "1024"}),
         site_env.check_launcher_flags({**alt_read, "SLURM_NETWORK": "single"}),
         site_env.check_launcher_flags(alt_read),

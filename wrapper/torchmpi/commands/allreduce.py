@@ -113,7 +113,7 @@ def min_busbw_from_args(args: argparse.Namespace) -> float | None:
 
 def check_args(args: argparse.Namespace) -> list[int]:
     """Every input problem, before any rank joins the job (so none waits for a dead peer)."""
-    from torchmpi.allreduce import check_writable
+    from torchmpi.allreduce_report import check_writable
 
     sizes = sizes_from_args(args)
     args.min_busbw_gbs = min_busbw_from_args(args)
@@ -138,6 +138,7 @@ def check_args(args: argparse.Namespace) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     from torchmpi import allreduce as ar
+    from torchmpi import allreduce_report as report
     from torchmpi.dist import LaunchError, init_distributed
 
     sizes = check_args(args)
@@ -156,14 +157,14 @@ def run(args: argparse.Namespace) -> int:
         replays = args.graph or 1
         floor_us = ar.call_floor(device, time_op=args.average) * 1e6
         if lead and not args.json:
-            print(ar.format_header(world, args.backend, device, launch.launcher,
+            print(report.format_header(world, args.backend, device, launch.launcher,
                                    warmup=args.warmup, iters=args.iters,
                                    time_op=args.average, ranks=ranks, mode=mode,
                                    replays=replays, floor_us=floor_us), flush=True)
 
         def show(result: ar.Result) -> None:
             if lead and not args.json:
-                print(ar.format_row(result), flush=True)
+                print(report.format_row(result), flush=True)
 
         results = ar.run_sizes(sizes, device=device, dtype_name=args.dtype,
                                warmup=args.warmup, iters=args.iters, time_op=args.average,
@@ -180,13 +181,13 @@ def run(args: argparse.Namespace) -> int:
                 "average": args.average, "mode": mode, "replays": replays,
                 "floor_us": floor_us}
         if args.json:
-            print(ar.to_json(results, {**meta, "rank_map": ranks}, args.min_busbw_gbs),
+            print(report.to_json(results, {**meta, "rank_map": ranks}, args.min_busbw_gbs),
                   flush=True)
         else:
-            print(ar.format_footer(results, args.min_busbw_gbs), flush=True)
+            print(report.format_footer(results, args.min_busbw_gbs), flush=True)
         if args.csv:
             try:
-                ar.write_csv(args.csv, results, meta)
+                report.write_csv(args.csv, results, meta)
             except OSError as err:  # checked before the run; the disk may still fill up
                 raise UserError(f"--csv {args.csv}: cannot write: {err.strerror}") from None
     dist.destroy_process_group()
@@ -195,8 +196,8 @@ def run(args: argparse.Namespace) -> int:
         bad = ", ".join(str(r.bytes) for r in results if r.errors)
         print(f"torchmpi allreduce: FAIL: wrong all-reduce result at size(s) {bad} bytes",
               file=sys.stderr)
-    avg = ar.average_busbw(results)
-    slow = ar.below_min_busbw(avg, args.min_busbw_gbs)
+    avg = report.average_busbw(results)
+    slow = report.below_min_busbw(avg, args.min_busbw_gbs)
     if slow and lead:
         print(f"torchmpi allreduce: FAIL: average bus bandwidth {avg:.3f} GB/s is below 90% of "
               f"--min-busbw {args.min_busbw_gbs:g} GB/s", file=sys.stderr)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from torchmpi.doctor import container, core, gpu, mpi, nccl, origin, probe, rocm, site_env
+from torchmpi.doctor import container, core, gpu, mpi, nccl, network, origin, probe, rocm, site_env
 from torchmpi.doctor.core import Check, CommandResult, Runner
 
 
@@ -60,7 +60,7 @@ def gather(site: str | None = None, nccl_log: str | None = None, run_probes: boo
     log_text = Path(nccl_log).read_text(errors="replace") if nccl_log is not None else None
     info = gpu.probe_torch()
     env = dict(os.environ)
-    inputs = Inputs(torch=info, env=env, runner=runner, interfaces=nccl.local_interfaces(),
+    inputs = Inputs(torch=info, env=env, runner=runner, interfaces=network.local_interfaces(),
                     torch_ldd=torch_ldd(info, runner), nccl_log=log_text, site=expectation,
                     driver=gpu.probe_driver(runner),
                     rocm_smi=rocm.probe_smi(runner) if info.hip_build else None,
@@ -69,7 +69,7 @@ def gather(site: str | None = None, nccl_log: str | None = None, run_probes: boo
     inputs.origins = origin.locate(info.loaded_libs)
     site_data = expectation.data if expectation else None
     inputs.container = container.container_checks(
-        env, nccl.on_slingshot(site_data, inputs.interfaces),
+        env, network.on_slingshot(site_data, inputs.interfaces),
         (site_data or {}).get("mpi", {}).get("kind") == "cray-mpich")
     if run_probes:
         kind = (mpi.classify_libraries(info.loaded_libs) or (None,))[0]
@@ -94,7 +94,7 @@ def run_checks(inputs: Inputs) -> list[Check]:
     info, env = inputs.torch, inputs.env
     site_data = inputs.site.data if inputs.site else None
     nodes = core.job_nodes(env)
-    slingshot = nccl.on_slingshot(site_data, inputs.interfaces)
+    slingshot = network.on_slingshot(site_data, inputs.interfaces)
     found = mpi.identify_mpi(inputs.runner, env, inputs.torch_ldd,
                              [*(inputs.mpi_libs or []), *info.loaded_libs])
     no_backend = ("torch does not import" if info.import_error else
@@ -119,10 +119,10 @@ def run_checks(inputs: Inputs) -> list[Check]:
         *probe.probe_checks(info, inputs.probes, design),
         (rocm.check_rccl_plugin if info.hip_build else nccl.check_nccl_plugin)(
             env, plugin, slingshot, nodes, info.nccl),
-        nccl.check_socket_ifname(env, inputs.interfaces),
-        (rocm.check_rccl_network if info.hip_build else nccl.check_nccl_network)(
+        network.check_socket_ifname(env, inputs.interfaces),
+        (rocm.check_rccl_network if info.hip_build else network.check_nccl_network)(
             inputs.nccl_log, slingshot, nodes),
-        nccl.check_nccl_interfaces(inputs.nccl_log, nodes),
+        network.check_nccl_interfaces(inputs.nccl_log, nodes),
         site_env.check_site_env(inputs.site, env, nodes),
         site_env.check_launcher_flags(env),
         site_env.check_uenv(inputs.site, env, inputs.uenv_root or Path(site_env.UENV_MOUNT)),

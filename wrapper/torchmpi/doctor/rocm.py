@@ -31,7 +31,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from torchmpi.doctor import nccl
+from torchmpi.doctor import nccl, network
 from torchmpi.doctor.core import FAIL, PASS, SKIP, Check, Runner
 
 #: Cray MPICH's GPU Transport Layer for AMD GPUs.
@@ -145,4 +145,4 @@ def check_rccl_plugin(env: Mapping[str, str], plugin: nccl.PluginInfo, slingshot
 def check_rccl_network(log_text: str | None, slingshot: bool, nodes: int | None = None
                        ) -> Check:
     """Which network RCCL chose: the NCCL log check (RCCL prints NCCL's lines)."""
-    return _rccl(nccl.check_nccl_network(log_text, slingshot, nodes))
+    return _rccl(network.check_nccl_network(log_text, slingshot, nodes))

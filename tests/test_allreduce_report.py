@@ -1,0 +1,56 @@
+"""The all-reduce report (torchmpi.allreduce_report): nccl-tests' precision, header, verdict.
+
+Built from results alone (no torch, no job); the runs that print these lines end
+to end are in tests/test_allreduce.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from torchmpi import allreduce as ar
+from torchmpi import allreduce_report as report
+
+
+# --min-busbw: nccl-tests' NCCL_TESTS_MIN_BW (NVIDIA/nccl-tests src/common.cu): the run fails
+# when the average bus bandwidth is below 90 % of the threshold.
+def test_min_busbw_threshold_has_nccl_tests_ten_percent_slack():
+    assert report.below_min_busbw(8.99, 10.0) and not report.below_min_busbw(9.0, 10.0)
+    assert not report.below_min_busbw(0.0, None)
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (12345.6e-6, "12346"), (123.46e-6, "123.5"), (1.234e-6, "1.23"),
+])
+def test_time_is_printed_with_nccl_tests_precision(seconds, text):
+    """%7.0f from 10 ms, %7.1f from 100 us, else %7.2f (nccl-tests BenchTime)."""
+    row = report.format_row(ar.Result(1024, 256, "float32", seconds * 1e6, 1.0, 0.0, 0))
+    assert row.split()[4] == text
+
+
+def test_header_names_the_mode_and_the_per_call_floor():
+    header = report.format_header(1, "nccl", "cuda", "torchrun", warmup=1, iters=2,
+                                  time_op="avg", ranks=[], mode="graph", replays=3,
+                                  floor_us=17.25)
+    assert "# timing: graph (timed iterations captured in a CUDA graph, replayed 3 times" \
+        in header
+    assert "# per-call floor: 17.25 us" in header
+
+
+def test_graph_at_one_rank_says_the_graph_holds_no_work():
+    """One rank, in place: NCCL launches no kernel, so the captured graph is empty (torch
+    warns "The CUDA Graph is empty" on the H200) and --graph times an empty replay."""
+    def header(world: int, mode: str) -> str:
+        return report.format_header(world, "nccl", "cuda", "single", warmup=1, iters=2,
+                                    time_op="avg", ranks=[], mode=mode, replays=3, floor_us=1.0)
+    assert "graph is empty" in header(1, "graph")
+    assert "graph is empty" not in header(2, "graph")
+    assert "graph is empty" not in header(1, "eager")
+
+
+def test_avg_bus_bandwidth_averages_busbw_not_algbw() -> None:
+    """nccl-tests' "Avg bus bandwidth" is the mean of the busbw column."""
+    rows = [ar.Result(1 << 20, 1 << 18, "float32", 10.0, 4.0, ar.bus_bandwidth(4.0, 4), 0),
+            ar.Result(1 << 21, 1 << 19, "float32", 10.0, 8.0, ar.bus_bandwidth(8.0, 4), 0)]
+    assert ar.bus_bandwidth(4.0, 4) == 6.0  # 2 (n-1)/n = 1.5
+    assert report.average_busbw(rows) == 9.0
+    assert "# Avg bus bandwidth    : 9.000" in report.format_footer(rows)

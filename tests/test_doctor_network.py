@@ -1,0 +1,130 @@
+"""torchmpi doctor: the interfaces NCCL picks and the network its logs show it chose."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from torchmpi.doctor import network
+from torchmpi.doctor.core import FAIL, PASS, SKIP, WARN
+
+LOGS = Path(__file__).parent / "fixtures" / "nccl-logs"
+
+
+def log(name: str) -> str:
+    return (LOGS / name).read_text()
+
+
+# --- NCCL_SOCKET_IFNAME ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("spec", "status"), [
+    ("hsn", PASS), ("hsn0,hsn1", PASS), ("^docker0,lo", PASS), ("=hsn0", PASS),
+    ("eth7", FAIL), ("=hsn", FAIL), ("ib", FAIL),
+])
+def test_socket_ifname(spec, status):
+    interfaces = ["lo", "hsn0", "hsn1", "docker0"]
+    check = network.check_socket_ifname({"NCCL_SOCKET_IFNAME": spec}, interfaces)
+    assert check.status == status, check.detail
+
+
+def test_socket_ifname_unset_passes():
+    assert network.check_socket_ifname({}, ["lo"]).status == PASS
+
+
+# --- NCCL logs: network ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "slingshot", "nodes", "status", "words"), [
+    ("plugin-ofi.log", True, None, PASS, "AWS Libfabric"),
+    ("ib.log", False, None, PASS, "IB"),
+    ("socket-fallback-hsn.log", True, None, FAIL, "sockets on Slingshot"),
+    ("socket-fallback-hsn.log", True, 1, WARN, "TCP sockets"),  # one node: no network
+    ("socket-fallback-hsn.log", False, None, WARN, "No plugin found"),
+    ("plugin-clash.log", True, None, FAIL, "Could not find: ofi libnccl-net-ofi.so"),
+    ("unhandled-system-error.log", False, None, FAIL, "unhandled system error"),
+    ("no-network-line.log", False, None, WARN, "does not say"),
+])
+def test_nccl_network_from_log(name, slingshot, nodes, status, words):
+    check = network.check_nccl_network(log(name), slingshot, nodes)
+    assert check.status == status and words in check.detail, check
+
+
+@pytest.mark.parametrize(("name", "slingshot", "status", "words"), [
+    # The plugin loaded, but libfabric picked tcp: the job runs over TCP/IP on Slingshot.
+    ("plugin-provider-tcp.log", True, FAIL, "provider tcp"),
+    ("plugin-provider-tcp.log", False, PASS, "provider tcp"),
+    ("plugin-ofi.log", True, PASS, "provider cxi"),
+    # v1.6.0 spells it "Selected Provider is" (NCAR's pair).
+    ("plugin-v1.6.0-cxi.log", True, PASS, "provider cxi"),
+    ("plugin-v1.6.0-sockets.log", True, FAIL, "provider sockets"),
+    # A log without the line cannot prove the path on Slingshot.
+    ("plugin-no-provider-line.log", True, WARN, "does not say which libfabric provider"),
+])
+def test_nccl_network_proves_the_cxi_provider(name, slingshot, status, words):
+    check = network.check_nccl_network(log(name), slingshot, 2)
+    assert check.status == status and words in check.detail, check
+
+
+def test_nccl_network_without_log_skips():
+    assert network.check_nccl_network(None, True).status == SKIP
+
+
+# --- NCCL logs: interfaces --------------------------------------------------------------
+
+
+def test_parse_bootstrap_and_socket_interfaces():
+    parsed = network.parse_nccl_log(log("socket-fallback-hsn.log"))
+    assert parsed.bootstrap == ["hsn0"] and parsed.socket_interfaces == ["hsn0", "hsn1"]
+    parsed = network.parse_nccl_log(log("ib.log"))
+    assert parsed.bootstrap == ["ib0"] and parsed.socket_interfaces == []
+    assert network.parse_nccl_log("x [0] NCCL INFO Bootstrap: Using eth0:10.0.0.1<0>\n"
+                               ).bootstrap == ["eth0"]
+
+
+@pytest.mark.parametrize(("iface", "why"), [
+    ("lo", "loopback"), ("docker0", "docker bridge"), ("virbr0", "libvirt bridge"),
+    ("br-5f1e2c", "bridge"), ("br0", "bridge"), ("cni0", "container bridge"),
+    ("hsn0", None), ("ib0", None), ("eth0", None), ("lo0x", None),
+])
+def test_bad_interfaces(iface, why):
+    assert network.bad_interface(iface) == why
+
+
+@pytest.mark.parametrize(("name", "nodes", "status", "words"), [
+    ("plugin-ofi.log", None, PASS, "bootstrap hsn0"),
+    ("socket-fallback-hsn.log", None, PASS, "data hsn1"),
+    ("docker0.log", None, FAIL, "bootstrap on docker0 (docker bridge)"),
+    ("docker0.log", 1, WARN, "docker0"),  # a single-node job reaches itself
+    ("loopback.log", None, WARN, "loopback"),
+    ("loopback.log", 2, FAIL, "loopback"),
+    # plugin mode: data goes through the plugin, but bootstrap still uses a socket
+    ("plugin-bootstrap-virbr0.log", None, FAIL, "bootstrap on virbr0 (libvirt bridge)"),
+    # socket mode: a bridge among the data interfaces
+    ("socket-data-bridge.log", None, FAIL, "data on br-5f1e2c (bridge)"),
+])
+def test_nccl_interfaces_from_log(name, nodes, status, words):
+    check = network.check_nccl_interfaces(log(name), nodes)
+    assert check.status == status and words in check.detail, check
+
+
+def test_slingshot_detection():
+    assert network.on_slingshot({"fabric": "slingshot"}, ["eth0"])
+    assert network.on_slingshot(None, ["lo", "hsn0"])
+    assert not network.on_slingshot({"fabric": "infiniband"}, ["lo", "ib0"])
+
+
+def test_generic_ib_excludes_every_interface_the_doctor_rejects() -> None:
+    """One rule: generic-ib's NCCL_SOCKET_IFNAME is the doctor's exclusion list, so
+    NCCL there never picks a bridge or container link (the old ^docker0,lo left
+    virbr0, veth*, podman0 ... to NCCL)."""
+    from torchmpi import runtime
+    from torchmpi import site as sitemod
+
+    value = runtime.environment(sitemod.load("generic-ib").data)["NCCL_SOCKET_IFNAME"]
+    assert value == network.socket_exclude()
+    interfaces = ["lo", "docker0", "virbr0", "veth1a2b", "podman0", "cni0", "br-5f1e",
+                  "lxcbr0", "ib0", "eno1"]
+    check = network.check_socket_ifname({"NCCL_SOCKET_IFNAME": value}, interfaces)
+    assert check.status == PASS and check.detail.endswith("selects ib0, eno1"), check
+    assert [i for i in interfaces if not network.bad_interface(i)] == ["ib0", "eno1"]
