@@ -13,7 +13,7 @@ from torchmpi.checks.common import Problem
 #: Container runtimes whose descriptor binds the host's Cray MPICH (lib-abi-mpich)
 #: and libfabric into the image (NCAR's apptainer bind model, NERSC's podman-hpc
 #: ``--mpi`` and shifter's MPICH module); the same list as
-#: :data:`torchmpi.container.INJECTS_CRAY` (tests/test_site_rules.py checks it).
+#: :data:`torchmpi.container.INJECTS_CRAY` (tests/test_checks_rules.py checks it).
 INJECTS_CRAY = ("podman-hpc", "shifter", "apptainer")
 #: ``mpi.kind`` values apptainer also binds from the host (a centre's own Open MPI
 #: at ``mpi.prefix``); the same list as :data:`torchmpi.container.APPTAINER_HOST_MPI`.
