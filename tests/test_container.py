@@ -360,14 +360,14 @@ def test_unvouched_pair_is_refused(tmp_path: Path, capsys) -> None:
 
 
 def test_ce_on_infiniband_is_refused(tmp_path: Path, capsys) -> None:
-    with pytest.raises(UserError):  # at load, by every verb (tests/test_checks_rules.py)
+    with pytest.raises(UserError):  # at load, by every verb (tests/test_site_rules.py)
         edited_site(tmp_path, "generic-ib", lambda d: d["container"].update(runtime="ce"))
     err = _refused(tmp_path, tmp_path / "generic-ib.yaml", capsys)
     assert "runtime: ce" in err and "fabric is ib" in err
 
 
 def test_bind_model_needs_cray_mpich(tmp_path: Path, capsys) -> None:
-    with pytest.raises(UserError):  # at load, by every verb (tests/test_checks_rules.py)
+    with pytest.raises(UserError):  # at load, by every verb (tests/test_site_rules.py)
         edited_site(tmp_path, "generic-ib",
                     lambda d: d["container"].update(runtime="apptainer"))
     err = _refused(tmp_path, tmp_path / "generic-ib.yaml", capsys)
@@ -381,13 +381,13 @@ def test_bind_model_refuses_a_cray_mpich_outside_opt_cray(tmp_path: Path, capsys
         d["mpi"]["prefix"] = "/sw/cray-mpich/8.1.27/ofi/gnu/9.1"
 
     err = _refused(tmp_path, edited_site(tmp_path, "derecho", elsewhere).path, capsys)
-    assert "mpi.prefix /sw/cray-mpich/8.1.27/ofi/gnu/9.1 is not below /opt/cray" in err
+    assert ": mpi.prefix: /sw/cray-mpich/8.1.27/ofi/gnu/9.1 is not below /opt/cray" in err
     assert "Traceback" not in err
 
 
 def test_site_without_container_key_is_refused(tmp_path: Path, capsys) -> None:
     site = edited_site(tmp_path, "derecho", lambda d: d.pop("container"))
-    assert "no `container:` key" in _refused(tmp_path, site.path, capsys)
+    assert f"{site.path}:1:1: container: missing" in _refused(tmp_path, site.path, capsys)
 
 
 def test_unknown_runtime_is_a_schema_error(tmp_path: Path, capsys) -> None:
@@ -568,5 +568,5 @@ def test_an_amd_site_has_no_container_yet() -> None:
     for name in left_out:
         site = sitemod.load(name)
         assert site.gpu_vendor == "amd", name
-        with pytest.raises(UserError, match="no `container:` key"):
+        with pytest.raises(UserError, match="container: missing"):
             container.plan(site)

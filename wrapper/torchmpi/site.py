@@ -22,7 +22,7 @@ from typing import Any
 
 from torchmpi import detect, gpuvendor, paths, torches
 from torchmpi.autokeys import AUTO_KEYS, LOCAL, auto_keys
-from torchmpi.checks import validate
+from torchmpi.checks import refusal, validate
 from torchmpi.checks.gpu import cuda_archs
 from torchmpi.checks.schema import fill_defaults
 from torchmpi.errors import UserError
@@ -38,9 +38,16 @@ class Site:
     data: dict[str, Any]
     raw: bytes
     detected: dict[str, Any] = field(default_factory=dict)
+    #: Each key path's (line, column) in the file, for :meth:`refuse`.
+    lines: dict[tuple, tuple[int, int]] = field(default_factory=dict, repr=False)
 
     #: Keys the local site may set to ``auto`` (see :data:`AUTO_KEYS`).
     auto_keys = AUTO_KEYS
+
+    def refuse(self, key_path: tuple, msg: str) -> UserError:
+        """A refusal at ``key_path``'s line and column in the site file, worded as the
+        load-time checks word theirs (:func:`torchmpi.checks.refusal`)."""
+        return refusal(self.path, self.lines, key_path, msg)
 
     @property
     def is_local(self) -> bool:
@@ -191,7 +198,7 @@ def load(name_or_path: str, build_rules: bool = True) -> Site:
     path = resolve(name_or_path)
     data, lines, raw = parse(path)
     validate(path, data, lines, build_rules)
-    site = Site(name=data["name"], path=path, data=data, raw=raw)
+    site = Site(name=data["name"], path=path, data=data, raw=raw, lines=lines)
     if auto_keys(data):
         detect.fill_in(site)
         fill_defaults(site.data)  # the defaults of what detection filled in

@@ -99,6 +99,16 @@ def _where(lines: dict, key_path: tuple) -> tuple[int, int]:
     return _nearest(lines, key_path)
 
 
+def refusal(path: Path, lines: dict, key_path: tuple, msg: str) -> UserError:
+    """One refusal worded as :func:`validate` words each: ``file:line:column: key: msg``.
+
+    For what a verb finds only when it needs it (``torchmpi container``'s GTL
+    directory, its CE netstack artifact): the admin still gets the key's line.
+    """
+    line, column = _where(lines, key_path)
+    return UserError(f"{path}:{line}:{column}: {_fmt_path(key_path)}: {msg}")
+
+
 def validate(path: Path, data: dict[str, Any], lines: dict, build_rules: bool = True) -> None:
     """Raise one UserError listing every problem, each with file:line:column and key path.
 

@@ -18,7 +18,6 @@ import yaml
 
 from torchmpi import pairs, runtime
 from torchmpi.checks.schema import site_schema
-from torchmpi.errors import UserError
 from torchmpi.site import Site
 
 #: ``container.runtime`` values (site.schema.json lists the same).
@@ -164,12 +163,14 @@ def generic_target(site: Site) -> str:
     name = str(site.data["target"])
     target = archspec.cpu.TARGETS.get(name)
     if target is None:
-        raise UserError(f"{site.path}: target {name!r} is not an archspec target")
+        raise site.refuse(("target",), f"{name!r} is not an archspec target; allowed: an"
+                          " archspec name (`spack arch -t` on a compute node prints it)")
     family = str(target.family)
     if family == "aarch64":
         return "aarch64"
     if family != "x86_64":
-        raise UserError(f"{site.path}: target {name}: no generic container target for {family}")
+        raise site.refuse(("target",), f"{name}: no generic container target for {family};"
+                          " allowed: an x86_64 or aarch64 target")
     for level in ("x86_64_v3", "x86_64_v2"):
         generic = archspec.cpu.TARGETS[level]
         if target == generic or generic in target.ancestors:
@@ -194,10 +195,11 @@ def _gtl_dir(site: Site) -> str:
     for parent in (prefix, *prefix.parents):
         if parent.name == str(mpi.get("version")):
             return str(parent / "gtl" / "lib")
-    raise UserError(f"{site.path}: mpi.prefix {prefix} has no directory named after"
-                    f" mpi.version {mpi.get('version')!r}; the GTL library"
-                    " (<root>/<version>/gtl/lib) cannot be derived for container.runtime"
-                    f" {site.data['container']['runtime']}")
+    raise site.refuse(("mpi", "prefix"), (
+        f"{prefix} has no directory named after mpi.version {mpi.get('version')!r}, so the"
+        " GTL library (<root>/<version>/gtl/lib) cannot be derived for container.runtime"
+        f" {site.data['container']['runtime']}; allowed: Cray MPICH's prefix below its"
+        " version's directory, e.g. /opt/cray/pe/mpich/8.1.27/ofi/gnu/9.1"))
 
 
 def _cray_root(site: Site) -> Path:
@@ -207,9 +209,10 @@ def _cray_root(site: Site) -> Path:
     for parent in prefix.parents:
         if parent.name == "cray" and parent.parent.name == "opt":
             return parent.parent.parent
-    raise UserError(f"{site.path}: mpi.prefix {prefix} is not below /opt/cray; container"
-                    f".runtime {site.data['container']['runtime']} binds the host's /opt/cray"
-                    " (Cray MPICH and what it NEEDs) as NCAR and NERSC do")
+    raise site.refuse(("mpi", "prefix"), (
+        f"{prefix} is not below /opt/cray; container.runtime"
+        f" {site.data['container']['runtime']} binds the host's /opt/cray (Cray MPICH and"
+        " what it NEEDs) as NCAR and NERSC do; allowed: Cray MPICH's prefix under /opt/cray"))
 
 
 def _netstack(site: Site, plugin: str | None) -> tuple[str, str]:
@@ -220,56 +223,52 @@ def _netstack(site: Site, plugin: str | None) -> tuple[str, str]:
             if f"aws:{plugin}+dl" in name.split(","):
                 return version, name
     known = "; ".join(f"{v}: {', '.join(n)}" for v, n in NETSTACK_ARTIFACTS.items())
-    raise UserError(f"{site.path}: container.nccl.plugin: aws-ofi-nccl {plugin} is in no"
-                    " recorded CE netstack artifact, so the EDF cannot pin one that loads"
-                    f" the image's pair; pin a pair whose plugin one carries ({known};"
-                    " eth-cscs/cscs-docs docs/software/container-engine/resource-hook.md)")
+    key = ("container", "nccl", "plugin") if site.data["container"].get("nccl") \
+        else ("nccl", "plugin")
+    raise site.refuse(key, (
+        f"aws-ofi-nccl {plugin} is in no recorded CE netstack artifact, so the EDF cannot"
+        f" pin one that loads the image's pair; allowed: a pair whose plugin one carries"
+        f" ({known}; eth-cscs/cscs-docs docs/software/container-engine/resource-hook.md)"))
 
 
 def plan(site: Site) -> Plan:
     """Decide the image and the injection, or refuse with the reason (nothing is written)."""
     d = site.data
     box = d.get("container")
-    where = f"{site.path}: container"
     if not isinstance(box, dict):
-        raise UserError(f"{site.path}: no `container:` key; add `container: {{runtime: ...}}`"
-                        f" with one of {', '.join(RUNTIMES)} (docs/containers.md)")
+        raise site.refuse(("container",), (
+            "missing: `torchmpi container` renders the site's container runtime; allowed:"
+            f" container: {{runtime: R}} with R one of {', '.join(RUNTIMES)}"
+            " (docs/containers.md)"))
     rt = box["runtime"]
     fabric, kind = d["fabric"], d["mpi"]["kind"]
     cuda_aware = site.torch_cuda_aware
-    if rt == "ce" and fabric != "slingshot":
-        raise UserError(f"{where}.runtime: ce injects CSCS's Slingshot network stack;"
-                        f" fabric is {fabric}: use runtime podman")
+    # A runtime the site's MPI or fabric cannot serve was refused at load, by every
+    # verb alike (torchmpi.checks.container), and Slingshot needs a gpu (the schema).
     host_mpi = rt == "apptainer" and kind in APPTAINER_HOST_MPI
-    if rt in INJECTS_CRAY and kind != "cray-mpich" and not host_mpi:
-        raise UserError(f"{where}.runtime: {rt} injects the host's Cray MPICH (lib-abi-mpich)"
-                        f" and libfabric; mpi.kind is {kind}: use runtime podman")
-    if rt in INJECTS_CRAY and not d["mpi"].get("prefix"):
-        raise UserError(f"{where}.runtime: {rt} binds the host's MPI from"
-                        " mpi.prefix, which the site file does not give")
-    if fabric == "slingshot" and not site.gpu:
-        raise UserError(f"{where}: fabric slingshot needs a GPU site (the NCCL plugin)")
     values = runtime.resolve(d)
     added = [op for op in runtime.PATH_OPS if getattr(values, op)]
     if rt == "shifter" and added:
         # shifter_setupenv puts the image's ENV over the job's environment
         # (NERSC/shifter src/shifter_core.c), so a directory added on the host to a
         # list the image sets (PATH, LD_LIBRARY_PATH) would be dropped without a word.
-        raise UserError(f"{site.path}: runtime.{added[0]}: shifter replaces a list the image"
-                        " sets with the image's value, so the descriptor cannot add to it;"
-                        " an admin adds it with a shifter module's siteEnvPrepend or"
-                        " siteEnvAppend (udiRoot.conf), or use runtime podman-hpc")
+        raise site.refuse(("runtime", added[0]), (
+            "shifter replaces a list the image sets with the image's value, so the"
+            " descriptor cannot add to it; allowed: no runtime.prepend_path/append_path"
+            " with shifter (an admin adds it with a shifter module's siteEnvPrepend or"
+            " siteEnvAppend, udiRoot.conf), or container.runtime podman-hpc"))
     nccl = dict(box.get("nccl") or d.get("nccl") or {})
     if rt in INJECTS_PLUGIN and fabric == "slingshot" and not nccl.get("plugin"):
-        raise UserError(
-                f"{where}.nccl: {INJECTS_PLUGIN[rt]} at run time, so the image's NCCL must be"
-                " the release that plugin was vouched with; pin the pair"
-                " (container.nccl: {version: X, plugin: Y}, or the site's nccl:) from:"
-                f" {', '.join(f'{n}+{p}' for n, p in vouched_pairs())}")
+        raise site.refuse(("container", "runtime"), (
+            f"{INJECTS_PLUGIN[rt]} at run time, so the image's NCCL must be the release"
+            " that plugin was vouched with; allowed: the pair pinned (container.nccl:"
+            " {version: X, plugin: Y}, or the site's nccl:), one of:"
+            f" {', '.join(f'{n}+{p}' for n, p in vouched_pairs())}"))
     if nccl.get("plugin") and (nccl["version"], nccl["plugin"]) not in vouched_pairs():
-        raise UserError(f"{where}.nccl: NCCL {nccl['version']} with aws-ofi-nccl"
-                        f" {nccl['plugin']} is not a vouched pair (nccl-ss11 VOUCHED_PAIRS,"
-                        " docs/design.md)")
+        raise site.refuse(("container", "nccl") if box.get("nccl") else ("nccl",), (
+            f"NCCL {nccl['version']} with aws-ofi-nccl {nccl['plugin']} is not a vouched"
+            " pair (nccl-ss11 VOUCHED_PAIRS, docs/design.md); allowed:"
+            f" {', '.join(f'{n}+{p}' for n, p in vouched_pairs())}"))
     if fabric == "slingshot":
         # Where nothing injects a plugin (podman-hpc) the image's own one runs on
         # Slingshot: the pair is chosen as for the native environment
@@ -287,8 +286,9 @@ def plan(site: Site) -> Plan:
     elif kind in ("openmpi-cuda", "openmpi"):
         mpi = kind
     else:
-        raise UserError(f"{where}: mpi.kind {kind} has no container stand-in"
-                        " (cray-mpich, openmpi-cuda and openmpi do)")
+        raise site.refuse(("mpi", "kind"), (
+            f"{kind} has no container stand-in; allowed: cray-mpich, openmpi-cuda or"
+            " openmpi (refused at load already: torchmpi.checks.container)"))
     out = Plan(runtime=rt, target=generic_target(site), os=box["os"],
                mpi=mpi, nccl=nccl)
     if rt == "ce":
