@@ -360,14 +360,14 @@ def test_unvouched_pair_is_refused(tmp_path: Path, capsys) -> None:
 
 
 def test_ce_on_infiniband_is_refused(tmp_path: Path, capsys) -> None:
-    with pytest.raises(UserError):  # at load, by every verb (tests/test_site_rules.py)
+    with pytest.raises(UserError):  # at load, by every verb (tests/test_checks_rules.py)
         edited_site(tmp_path, "generic-ib", lambda d: d["container"].update(runtime="ce"))
     err = _refused(tmp_path, tmp_path / "generic-ib.yaml", capsys)
     assert "runtime: ce" in err and "fabric is ib" in err
 
 
 def test_bind_model_needs_cray_mpich(tmp_path: Path, capsys) -> None:
-    with pytest.raises(UserError):  # at load, by every verb (tests/test_site_rules.py)
+    with pytest.raises(UserError):  # at load, by every verb (tests/test_checks_rules.py)
         edited_site(tmp_path, "generic-ib",
                     lambda d: d["container"].update(runtime="apptainer"))
     err = _refused(tmp_path, tmp_path / "generic-ib.yaml", capsys)

@@ -6,7 +6,7 @@ key at all) is found when the container is planned, over broken copies of the
 shipped sites; each refusal names the site file with the line and column of
 the key it is about, the key path and what is allowed, exits 2 without a
 traceback and writes nothing.  A runtime the site's MPI or fabric cannot serve
-is refused at load by every verb (tests/test_site_rules.py).
+is refused at load by every verb (tests/test_checks_rules.py).
 """
 
 from __future__ import annotations
