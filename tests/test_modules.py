@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.solves import SiteSolves
 from torchmpi import output, paths, runtime
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
@@ -173,30 +174,6 @@ def _centre_gpu_modules(site: sitemod.Site) -> dict[str, str]:
     return out
 
 
-def _reuse_lock(name: str, env_dir: Path) -> bool:
-    """Copy the checkout's spack.lock when it is current; a solve costs minutes on 2 cores.
-
-    Current means: the checkout's environment renders exactly as ours, and the
-    lock is newer than its rendered files and every torchmpi package file (the
-    rule ``torchmpi concretize`` uses, extended to the recipes).  Otherwise, as
-    on a clean clone, the test concretizes.
-    """
-    checkout = paths.environments_dir() / name
-    lock = checkout / "spack.lock"
-    if not lock.is_file():
-        return False
-    for rendered in ("spack.yaml", "packages.yaml"):  # headers too: they carry the pins
-        theirs = checkout / rendered
-        if not theirs.is_file() or theirs.read_text() != (env_dir / rendered).read_text():
-            return False
-    inputs = [checkout / f for f in renderer.FILES if (checkout / f).is_file()]
-    inputs += [p for p in paths.torchmpi_repo().rglob("*") if p.is_file()]
-    if max(p.stat().st_mtime for p in inputs) > lock.stat().st_mtime:
-        return False
-    shutil.copy2(lock, env_dir / "spack.lock")
-    return True
-
-
 def _stand_in_for_absent_python(env_dir: Path, tree: Path) -> None:
     """Point an external python whose prefix is not on this host at a stand-in.
 
@@ -223,11 +200,30 @@ def _stand_in_for_absent_python(env_dir: Path, tree: Path) -> None:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
-def _deploy(spack, tree: Path, name: str) -> Deployed:
-    site = sitemod.load(name)
-    env_dir = tree / "environments" / name
-    output.write(env_dir, renderer.render(site, env_dir))
+def _stand_in_in_lock(env_dir: Path, tree: Path) -> None:
+    """The same stand-in for a lock solved with the site's own python prefix.
+
+    The lock comes from the run's shared solve (:mod:`support.solves`), done
+    on the committed packages.yaml; Spack keeps each node's hash as the lock
+    records it, so only the external's prefix changes, as above.
+    """
     _stand_in_for_absent_python(env_dir, tree)
+    path = env_dir / "spack.lock"
+    lock = json.loads(path.read_text())
+    for node in lock["concrete_specs"].values():
+        external = node.get("external") or {}
+        if node["name"] == "python" and external.get("path") \
+                and not Path(external["path"]).exists():
+            external["path"] = str(tree / "stand-in-python")
+    path.write_text(json.dumps(lock, indent=1))
+
+
+def _deploy(spack, solves: SiteSolves, tree: Path, name: str) -> Deployed:
+    site = sitemod.load(name)
+    # The run's one solve of this site, copied beside it (the develop path,
+    # hence every hash, stays the same): no second solve of the same site.
+    env_dir = solves.copy(name, f"{name}--modules")
+    _stand_in_in_lock(env_dir, tree)
     dep = Deployed(site, env_dir, tree / f"store-{name}", tree / f"modules-{name}",
                    centre=_centre_tree(tree / f"centre-{name}", site))
     env = ["-e", str(env_dir)]
@@ -237,12 +233,7 @@ def _deploy(spack, tree: Path, name: str) -> Deployed:
         spack.run(*args, timeout=1800)
         dep.seconds[step] = round(time.monotonic() - start, 1)
 
-    if _reuse_lock(name, env_dir):
-        dep.seconds["concretize"] = 0.0
-    else:
-        # With the test store: Spack opens the install tree while solving, and
-        # the site's own (/glade/work/...) must not be created here.
-        timed("concretize", *dep.overrides, *env, "concretize", "-f")
+    dep.seconds["concretize"] = solves.get(name).seconds  # done once per run
     timed("install --fake", *dep.overrides, "-c", "modules:default:enable::[]", *env,
           "install", "--fake")
     _fix_fake_prefixes(spack, dep)
@@ -259,8 +250,10 @@ def deployed(spack, tmp_path_factory) -> dict[str, Deployed]:
     # The committed relative repo path (../../spack_repo/torchmpi) must resolve.
     (tree / "spack_repo").symlink_to(paths.root() / "spack_repo")
     absent_before = [p for p in map(_site_install_top, SITES) if p and not p.exists()]
+    solves = SiteSolves(spack, tmp_path_factory)
+    solves.get_all(SITES)  # beside the other worker, which may solve the same sites
     with ThreadPoolExecutor(max_workers=2) as pool:
-        done = dict(zip(SITES, pool.map(lambda n: _deploy(spack, tree, n), SITES)))
+        done = dict(zip(SITES, pool.map(lambda n: _deploy(spack, solves, tree, n), SITES)))
     for name, dep in done.items():
         print(f"modules {name}: {dep.seconds}")
     done_paths["absent_before"] = absent_before
@@ -601,7 +594,7 @@ def two_releases(spack, deployed, tmp_path_factory) -> TwoReleases:
     from support.sites import edited_site
 
     base = deployed["derecho"]
-    tree = base.env_dir.parent.parent
+    tree = base.env_dir.parent.parent  # the shared solves' checkout: the same develop path
     lock = json.loads((base.env_dir / "spack.lock").read_text())
     solved = next(s["version"] for s in lock["concrete_specs"].values()
                   if s["name"] == "py-torch")
@@ -610,8 +603,8 @@ def two_releases(spack, deployed, tmp_path_factory) -> TwoReleases:
                        lambda d: d.update(torch={"versions": versions}))
     env_dir = tree / "environments" / "derecho-two-releases"
     output.write(env_dir, renderer.render(site, env_dir))
-    _stand_in_for_absent_python(env_dir, tree)
-    dep = Deployed(site, env_dir, base.store, tree / "modules-derecho-two-releases",
+    _stand_in_for_absent_python(env_dir, base.store.parent)
+    dep = Deployed(site, env_dir, base.store, base.store.parent / "modules-derecho-two-releases",
                    centre=base.centre)
     spec_file = env_dir / "second-release.json"
 

@@ -4,19 +4,14 @@ The committed environments are copied byte for byte into a scratch tree that
 mirrors the checkout (``environments/<site>`` next to a ``spack_repo`` link), so
 the relative repository path in spack.yaml is exercised as committed and
 parallel sessions never share a spack.lock.  Each environment is solved exactly
-once per session (two at a time, the solver is single-threaded) and all DAG
-checks read the resulting spack.lock.
+once per run, for this module and tests/test_modules.py alike
+(:mod:`support.solves`), and all DAG checks read the resulting spack.lock.
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-
 import pytest
+from support.solves import SiteSolves, Solved
 from torchmpi import pairs, paths
 from torchmpi import site as sitemod
 from torchmpi.lock import Lock
@@ -26,54 +21,21 @@ SITES = sitemod.available()  # every site file; the host-detected ones are rende
 pytestmark = [pytest.mark.spack, pytest.mark.concretize]
 
 
-@dataclass
-class Solved:
-    site: sitemod.Site
-    proc: subprocess.CompletedProcess
-    seconds: float
-    lock: Lock | None
-
-
 @pytest.fixture(scope="session")
 def solved(spack, tmp_path_factory) -> dict[str, Solved]:
-    tree = tmp_path_factory.mktemp("checkout")
-    (tree / "spack_repo").symlink_to(paths.root() / "spack_repo")
-    for name in SITES:
-        dest = tree / "environments" / name
-        site = sitemod.load(name)
-        if site.is_local:  # per host, never committed: render it here
-            from torchmpi import output
-            from torchmpi import render as renderer
-
-            output.write(dest, renderer.render(site, dest))
-        else:
-            shutil.copytree(paths.environments_dir() / name, dest,
-                            ignore=shutil.ignore_patterns("spack.lock", ".spack-env"))
-
-    def solve(name: str) -> Solved:
-        env_dir = tree / "environments" / name
-        start = time.monotonic()
-        # The site install trees (/glade/..., $PSCRATCH/...) are not on this host.
-        store = ["-c", f"config:install_tree:root:{tree / 'store' / name}"]
-        proc = spack.run(*store, "-e", str(env_dir), "concretize", "-f", check=False,
-                         timeout=1800)
-        seconds = time.monotonic() - start
-        lock_path = env_dir / "spack.lock"
-        lock = Lock(lock_path) if proc.returncode == 0 and lock_path.is_file() else None
-        return Solved(sitemod.load(name), proc, seconds, lock)
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = dict(zip(SITES, pool.map(solve, SITES)))
+    """Every site solved once per run (support.solves: shared with test_modules and
+    the other worker), two at a time: the solver is single-threaded."""
+    results = SiteSolves(spack, tmp_path_factory).get_all(SITES)
     for name, res in results.items():
-        print(f"concretize {name}: {res.seconds:.0f} s, rc={res.proc.returncode}")
+        print(f"concretize {name}: {res.seconds:.0f} s, rc={res.returncode}")
     return results
 
 
 def _lock(solved: dict[str, Solved], name: str) -> Lock:
     res = solved[name]
     if res.lock is None:
-        pytest.fail(f"{name} did not concretize (exit {res.proc.returncode}):\n"
-                    f"{res.proc.stdout[-4000:]}\n{res.proc.stderr[-4000:]}")
+        pytest.fail(f"{name} did not concretize (exit {res.returncode}):\n"
+                    f"{res.stdout}\n{res.stderr}")
     return res.lock
 
 
