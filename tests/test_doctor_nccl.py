@@ -103,3 +103,42 @@ def test_no_plugin_on_slingshot_fails_unless_the_job_is_known_to_be_one_node():
 def test_plugin_version_from_the_v1_6_0_log_line():
     plugin = nccl.plugin_from_maps({}, log("plugin-v1.6.0-cxi.log"))
     assert plugin.version == (1, 6, 0) and plugin.version_source == "NCCL log"
+
+
+# --- verdicts at the edges of the version thresholds ---------------------------------
+
+
+@pytest.mark.parametrize("version, buggy", [
+    ((1, 13, 9), False), ((1, 14, 0), True), ((1, 17, 1), True), ((1, 17, 2), False)])
+def test_the_slingshot_shutdown_bug_range_includes_both_ends(version, buggy) -> None:
+    """1.14.0 through 1.17.1 inclusive (fixed in 1.17.2, aws-ofi-nccl's release notes)."""
+    plugin = nccl.PluginInfo(libraries={"libnccl-net.so": "/sw/lib/libnccl-net.so"},
+                             version=version)
+    check = nccl.check_nccl_plugin({"NCCL_NET": "AWS Libfabric"}, plugin, True, 2)
+    assert ("shutdown-ordering" in check.detail) is buggy, (version, check)
+    assert (check.status == FAIL) is buggy, (version, check)
+
+
+@pytest.mark.parametrize("version, predates", [
+    ((1, 14, 9), True), ((1, 15, 0), False), ((1, 16, 0), False)])
+def test_only_a_plugin_older_than_1_15_is_said_to_predate_the_ofi_library(
+        version, predates) -> None:
+    """NCCL_NET_PLUGIN=ofi that does not load: the reason names the release only when
+    that release has no libnccl-net-ofi.so (it first ships in 1.15.0)."""
+    plugin = nccl.PluginInfo(libraries={"libnccl-net.so": "/sw/lib/libnccl-net.so"},
+                             version=version)
+    check = nccl.check_nccl_plugin({"NCCL_NET_PLUGIN": "ofi"}, plugin, True, 2)
+    assert check.status == FAIL
+    assert ("predates libnccl-net-ofi.so" in check.detail) is predates, check.detail
+
+
+def test_the_first_library_naming_a_release_gives_the_version() -> None:
+    """Two plugin libraries from two installs: the one NCCL loads first (libnccl-net.so)
+    is the release the job runs, not the last one looked at."""
+    maps = {"libnccl-net.so": nccl.Mapped("libnccl-net.so", [
+                "/sw/aws-ofi-nccl-1.19.0/lib/libnccl-net.so"]),
+            "libnccl-net-ofi.so": nccl.Mapped("libnccl-net-ofi.so", [
+                "/sw/aws-ofi-nccl-1.16.0/lib/libnccl-net-ofi.so"])}
+    info = nccl.plugin_from_maps(maps)
+    assert info.version == (1, 19, 0)
+    assert info.version_source == "/sw/aws-ofi-nccl-1.19.0/lib/libnccl-net.so"
