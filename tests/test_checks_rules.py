@@ -332,7 +332,7 @@ def test_centre_mpi_declared_cuda_aware_renders_once_with_its_variants(
     assert "+cuda_aware_mpi" in spackenv.roots(site)[0]
     from torchmpi import modules  # no module of the tree's own: the centre's is loaded
 
-    lmod = modules.config(site.data)
+    lmod = modules.config(site)
     assert "openmpi@5.0.5" in lmod["exclude"]
     assert "OpenMPI/5.0.5" in lmod["py-torch-mpi"]["load"]
 
@@ -595,3 +595,33 @@ def test_gpu_auto_is_refused_outside_local(tmp_path: Path) -> None:
         edited_site(tmp_path, "derecho", lambda d: d.update(gpu="auto"))
     message = str(err.value)
     assert "gpu" in message and "only for the local site" in message, message
+
+
+# --- rules whose mutants survived the checks' own tests (they were caught only by the
+# --- bad-input corpus, which runs every verb) ------------------------------------------
+
+
+def test_openmpi_cuda_needs_a_gpu_section(tmp_path: Path) -> None:
+    with pytest.raises(UserError) as err:
+        edited_site(tmp_path, "generic-ib", lambda d: d.pop("gpu"))
+    assert "openmpi-cuda is the CUDA-aware Open MPI: it needs a 'gpu' section" in str(err.value)
+
+
+@pytest.mark.parametrize("fabric", ["tcp", "ib"])
+def test_the_nccl_plugin_is_refused_off_slingshot(tmp_path: Path, fabric: str) -> None:
+    """Every fabric but Slingshot, TCP as well as InfiniBand."""
+    with pytest.raises(UserError) as err:
+        edited_site(tmp_path, "alps-gh200", lambda d: d.update(fabric=fabric))
+    assert ("the aws-ofi-nccl plugin is only built for fabric: slingshot"
+            f" (this site says fabric: {fabric})") in str(err.value), str(err.value)
+
+
+def test_a_stated_one_against_cuda_aware_false_is_refused(tmp_path: Path) -> None:
+    """The site may state MPICH_GPU_SUPPORT_ENABLED only as the value its GTL linking
+    needs: 1 with cuda_aware: false would abort MPI_Init (no GTL linked)."""
+    def edit(d):
+        d["mpi"]["cuda_aware"] = False
+        d["runtime"] = {"source": "this test", "env": {"MPICH_GPU_SUPPORT_ENABLED": "1"}}
+    with pytest.raises(UserError) as err:
+        edited_site(tmp_path, "derecho", edit)
+    assert "runtime.env.MPICH_GPU_SUPPORT_ENABLED: must be 0 here" in str(err.value)

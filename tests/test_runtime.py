@@ -208,17 +208,6 @@ def test_switch_is_implied_when_cuda_aware_is_not_stated() -> None:
     assert runtime.environment(_derecho(edit))[SWITCH] == "1"
 
 
-def test_a_stated_one_against_cuda_aware_false_is_refused(tmp_path: Path) -> None:
-    """The site may state the switch only as the value its GTL linking needs:
-    1 with cuda_aware: false would abort MPI_Init (no GTL linked)."""
-    def edit(d):
-        d["mpi"]["cuda_aware"] = False
-        d["runtime"] = {"source": "this test", "env": {SWITCH: "1"}}
-    with pytest.raises(UserError) as err:
-        edited_site(tmp_path, "derecho", edit)
-    assert f"runtime.env.{SWITCH}: must be 0 here" in str(err.value), str(err.value)
-
-
 def test_switch_never_on_a_cpu_only_cray_site() -> None:
     """No GPU: no GTL is linked, and 1 would abort MPI_Init."""
     def edit(d):
