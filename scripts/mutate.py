@@ -105,8 +105,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("runtime", "wrapper/torchmpi/runtime.py",
            ' or not isinstance(data.get("gpu"), dict):', ":"),
     Mutant("runtime", "wrapper/torchmpi/runtime.py",
-           'return "1" if mpi.get("cuda_aware", True) else "0"',
-           'return "1" if mpi.get("cuda_aware", False) else "0"'),
+           'return "1" if mpi["cuda_aware"] else "0"', 'return "1"'),
     Mutant("runtime", "wrapper/torchmpi/runtime.py",
            "        out.set.setdefault(GPU_SWITCH, \"1\")", "        out.set[GPU_SWITCH] = \"1\""),
     # the site's value must win over the fabric default it restates
@@ -127,8 +126,7 @@ MUTANTS: tuple[Mutant, ...] = (
            '        lines.append(f"export {_name(key)}={value}")'),
     # --- container, reframe, venv ---------------------------------------------------
     Mutant("container/reframe/venv", "wrapper/torchmpi/container/plan.py",
-           'cuda_aware = bool(site.gpu) and d["mpi"].get("cuda_aware", True)',
-           'cuda_aware = bool(site.gpu) and d["mpi"].get("cuda_aware", False)'),
+           '    cuda_aware = site.torch_cuda_aware', '    cuda_aware = bool(site.gpu)'),
     Mutant("container/reframe/venv", "wrapper/torchmpi/container/image.py",
            '    return [f"{spec} target={p.target}" for spec in (site.root_spec, *extra)]',
            '    return [f"{spec} target={p.target}" for spec in (site.root_spec,)]'),
@@ -140,8 +138,7 @@ MUTANTS: tuple[Mutant, ...] = (
            'if devices and site.data["fabric"] == "ib":',
            'if devices and site.data["fabric"] == "infiniband":'),
     Mutant("container/reframe/venv", "wrapper/torchmpi/container/descriptors.py",
-           '    if site.data["mpi"].get("cuda_aware", True) and site.gpu:',
-           "    if site.gpu:"),
+           '    if site.torch_cuda_aware:', "    if site.gpu:"),
     Mutant("container/reframe/venv", "wrapper/torchmpi/container/descriptors.py",
            """lines = ['inject=()', 'if [ "${TORCHMPI_CONTAINER_INJECT:-1}" != 0 ]; then']""",
            """lines = ['inject=()', 'if [ "${TORCHMPI_CONTAINER_INJECT:-0}" != 0 ]; then']"""),
@@ -181,8 +178,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("render", "wrapper/torchmpi/output.py", "    if refusal and not force:",
            "    if refusal and force:"),
     Mutant("render", "wrapper/torchmpi/site.py",
-           'root += " +cuda_aware_mpi" if self.torch_cuda_aware else " ~cuda_aware_mpi"',
-           'root += " +cuda_aware_mpi"'),
+           '            # Explicit either way: the solver does not have to honour a variant '
+           'default.\n            root += " +cuda_aware_mpi" if self.torch_cuda_aware else '
+           '" ~cuda_aware_mpi"',
+           '            # Explicit either way: the solver does not have to honour a variant '
+           'default.\n            root += " +cuda_aware_mpi"'),
     Mutant("render", "wrapper/torchmpi/spackenv.py",
            """        pins["aws-ofi-nccl"] = {"require": [f"@{nccl['plugin']}"]}""",
            "        pass"),
@@ -200,7 +200,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("render", "wrapper/torchmpi/spackenv.py",
            '            item["modules"] = list(ext["modules"])', "            pass"),
     Mutant("render", "wrapper/torchmpi/spackenv.py",
-           'chosen = pairs.choose(nccl) if d["fabric"] == "slingshot" else None',
+           'chosen = pairs.choose(nccl) if d["fabric"] == "slingshot" and not site.rocm else None',
            "chosen = pairs.choose(nccl)"),
     # --- allreduce statistics ------------------------------------------------------
     Mutant("allreduce", "wrapper/torchmpi/allreduce.py", '/ (world if how == "avg" else 1)',
@@ -226,8 +226,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("modules/pairs/torches", "wrapper/torchmpi/checks/torch_versions.py",
            "gap[0] <= vt <= gap[1]", "gap[0] <= vt < gap[1]"),
     Mutant("modules/pairs/torches", "wrapper/torchmpi/torches.py",
-           '(data.get("mpi") or {}).get("cuda_aware", True)',
-           '(data.get("mpi") or {}).get("cuda_aware", False)'),
+           'and bool(data["mpi"]["cuda_aware"]))', 'and True)'),
     # The ProcessGroupMPI note on an Open MPI site, where the patch never runs.
     Mutant("modules/pairs/torches", "wrapper/torchmpi/torches.py",
            '    return cuda_aware(data) and (data.get("mpi") or {}).get("kind") not in '
@@ -244,22 +243,22 @@ MUTANTS: tuple[Mutant, ...] = (
            """if mpi.get("version") else ""), mpi, False)"""),
     # Site rules: Cray GTL archs unless cuda_aware is false; a CUDA range's end is a prefix.
     Mutant("modules/pairs/torches", "wrapper/torchmpi/checks/gpu.py",
-           'if (mpi.get("kind") == "cray-mpich" and mpi.get("cuda_aware", True)',
-           'if (mpi.get("kind") == "cray-mpich" and mpi.get("cuda_aware", False)'),
+           'if (mpi.get("kind") == "cray-mpich" and mpi["cuda_aware"]',
+           'if (mpi.get("kind") == "cray-mpich"'),
     Mutant("modules/pairs/torches", "wrapper/torchmpi/checks/gpu.py",
            "too_new = hi and have[:len(vtuple(hi))] > vtuple(hi)",
            "too_new = hi and have > vtuple(hi)"),
     # Only a Slingshot site (nccl-ss11) is pinned to a vouched pair.
     Mutant("modules/pairs/torches", "wrapper/torchmpi/spackenv.py",
-           'chosen = pairs.choose(nccl) if d["fabric"] == "slingshot" else None',
+           'chosen = pairs.choose(nccl) if d["fabric"] == "slingshot" and not site.rocm else None',
            "chosen = pairs.choose(nccl)"),
     # --- doctor ------------------------------------------------------------------------
     Mutant("dist/doctor", "wrapper/torchmpi/doctor/mpi.py",
            "    return Check(name, FAIL if gpu_count else WARN,",
            "    return Check(name, WARN,"),
     Mutant("dist/doctor", "wrapper/torchmpi/doctor/mpi.py",
-           '    return any("libmpi_gtl_cuda" in text',
-           '    return any("libmpi_gtl" in text and "cuda" not in text'),
+           'for text in (torch_ldd, env.get("LD_PRELOAD", ""), *loaded)',
+           'for text in (torch_ldd, *loaded)'),
     # --- dist, doctor GPU/NCCL/probe paths, allreduce's CUDA waits ----------------------
     # the stream wait chosen for the run's device and backend ignored (MPI reads CUDA
     # buffers before the kernel that filled them has run)
@@ -403,12 +402,12 @@ MUTANTS: tuple[Mutant, ...] = (
            'f"^aws-ofi-nccl@{_plugins[0]}"', PKG, spack=True),
     # the GPU switch for every Cray MPICH build, CUDA-aware or not
     Mutant("packages", TORCH_MPI,
-           'if self.spec.satisfies("+cuda +cuda_aware_mpi ^[virtuals=mpi] cray-mpich"):',
+           'if self.spec.satisfies("+cuda_aware_mpi ^[virtuals=mpi] cray-mpich"):',
            'if self.spec.satisfies("^[virtuals=mpi] cray-mpich"):', PKG, spack=True),
     # mpi4py's GTL asked on the wrong provider (mpich), so not on Cray
     Mutant("packages", TORCH_MPI,
-           'when="+cuda +cuda_aware_mpi ^[virtuals=mpi] cray-mpich"',
-           'when="+cuda +cuda_aware_mpi ^[virtuals=mpi] mpich"', PKG, spack=True),
+           'when="+cuda_aware_mpi ^[virtuals=mpi] cray-mpich")',
+           'when="+cuda_aware_mpi ^[virtuals=mpi] mpich")', PKG, spack=True),
     # InfiniBand sites get NCCL without verbs
     Mutant("packages", TORCH_MPI, 'depends_on("nccl fabrics=verbs", when="fabric=ib")',
            'depends_on("nccl fabrics=auto", when="fabric=ib")', PKG, spack=True),

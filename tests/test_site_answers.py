@@ -104,3 +104,19 @@ def test_the_root_spec_is_built_once(name: str) -> None:
         return
     p = container.plan(site)
     assert container.roots(site, p)[0] == f"{site.root_spec} target={p.target}"
+
+
+def test_the_root_states_the_torch_variant_the_site_answers() -> None:
+    """``+cuda_aware_mpi`` exactly where the site's answer is yes, ``~`` where no, and no
+    such variant on a CPU site; the shipped sites have both answers."""
+    seen = set()
+    for name in (n for n in sitemod.available() if n != "local"):
+        site = sitemod.load(name)
+        words = site.root_spec.split()
+        if not site.gpu:
+            assert not [w for w in words if w.endswith("cuda_aware_mpi")], name
+            continue
+        want = "+cuda_aware_mpi" if site.torch_cuda_aware else "~cuda_aware_mpi"
+        assert [w for w in words if w.endswith("cuda_aware_mpi")] == [want], (name, words)
+        seen.add(want)
+    assert seen == {"+cuda_aware_mpi", "~cuda_aware_mpi"}, seen
