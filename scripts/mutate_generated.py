@@ -171,6 +171,9 @@ class Worker:
         from mutate import mutant_env
 
         start = time.monotonic()
+        tests = tuple(f for f in tests if (self.dir / f).exists())  # --head: the commit's
+        if not tests:
+            return "no tests", 0.0
         cmd = [sys.executable, "-m", "pytest", *tests, "-x", "-q", "-p", "no:cacheprovider",
                "-m", "not spack and not concretize"]
         try:
@@ -207,12 +210,12 @@ def round_robin(per_module: dict[str, list]) -> list:
 
 def run(count: int, seed: int, budget: float, jobs: int, head: bool, only: list[str],
         timeout: int, record: Path | None) -> int:
-    modules = [m for m in layout.modules() if not only or any(o in m for o in only)]
+    modules = [m for m in layout.modules(ROOT / PACKAGE) if not only or any(o in m for o in only)]
     start = time.monotonic()
     workers = [Worker(head, timeout) for _ in range(max(1, jobs))]
     free = list(workers)
     lock = threading.Lock()
-    results: dict[str, dict] = {m: {"tests": layout.tests_for(m), "mutants": []}
+    results: dict[str, dict] = {m: {"tests": layout.tests_for(m, ROOT / "tests"), "mutants": []}
                                 for m in modules}
     try:
         tree = workers[0].dir
