@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from torchmpi import site as sitemod
+from torchmpi import sitefile
 from torchmpi.errors import UserError
 
 
@@ -16,3 +17,47 @@ def test_bad_byte_column_counts_characters_after_non_ascii(tmp_path: Path) -> No
     with pytest.raises(UserError) as err:
         sitemod.load(str(path))
     assert f"{path}:2:17:" in str(err.value), str(err.value)
+
+
+def _refused(tmp_path: Path, raw: bytes) -> str:
+    path = tmp_path / "site.yaml"
+    path.write_bytes(raw)
+    with pytest.raises(UserError) as err:
+        sitefile.parse(path)
+    return str(err.value).replace(str(path), "site.yaml")
+
+
+def test_a_control_character_is_located_on_its_line_and_column(tmp_path: Path) -> None:
+    """Line 3, after 'fabric: ib' and a space: column 12 (1-based), not counted from
+    the file's start and not 0-based."""
+    message = _refused(tmp_path, b"name: x\ndescription: y\nfabric: ib \x07\n")
+    assert message.startswith("site.yaml:3:12: character 7 is not allowed"), message
+
+
+def test_a_syntax_error_is_located_one_based(tmp_path: Path) -> None:
+    message = _refused(tmp_path, b"name: x\nmpi: [kind\n")
+    assert message.startswith("site.yaml:3:1: YAML syntax error"), message
+
+
+@pytest.mark.parametrize("raw, what", [(b"", "an empty file"), (b"- a\n", "a list"),
+                                       (b"# only a comment\n", "an empty file")])
+def test_a_file_that_is_not_a_mapping(tmp_path: Path, raw: bytes, what: str) -> None:
+    assert _refused(tmp_path, raw) == (
+        f"site.yaml:1:1: a site file is a YAML mapping (key: value), not {what}")
+
+
+def test_every_key_path_has_its_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "site.yaml"
+    path.write_text("name: x\nmpi:\n  kind: cray-mpich\n  modules: [a, b]\n")
+    data, lines, raw = sitefile.parse(path)
+    assert data == {"name": "x", "mpi": {"kind": "cray-mpich", "modules": ["a", "b"]}}
+    assert lines == {(): (1, 1), ("name",): (1, 1), ("mpi",): (2, 1), ("mpi", "kind"): (3, 3),
+                     ("mpi", "modules"): (4, 3), ("mpi", "modules", 0): (4, 13),
+                     ("mpi", "modules", 1): (4, 16)}
+    assert raw == path.read_bytes()
+
+
+def test_a_key_that_is_not_text_names_its_path(tmp_path: Path) -> None:
+    message = _refused(tmp_path, b"name: x\nmpi:\n  1: a\n")
+    assert message.startswith("site.yaml:3:3: mpi.1: key 1 (YAML reads it as int), not text"), \
+        message
