@@ -171,6 +171,13 @@ def _centre_gpu_modules(site: sitemod.Site) -> dict[str, str]:
         body = (f'setenv("CRAY_CUDATOOLKIT_DIR", "{prefix}")\n' if key == "cuda"
                 else f'prepend_path("LD_LIBRARY_PATH", "{prefix}/lib")\n')
         out.update((m, body) for m in ext.get("modules") or [])
+    # An AMD site's ROCm module sets ROCM_PATH: OLCF builds the plugin against
+    # ${ROCM_PATH} after `module load rocm/<version>` (olcf/olcf-user-docs@f0571fe
+    # software/analytics/pytorch_frontier.rst:642,657); Cray's accelerator target
+    # module beside it is a stub here.
+    rocm = (site.gpu or {}).get("rocm") or {}
+    for i, module in enumerate(rocm.get("modules") or []):
+        out[module] = f'setenv("ROCM_PATH", "{rocm["prefix"]}")\n' if i == 0 else ""
     return out
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from torchmpi import runtime
+from torchmpi import gpuvendor, runtime
 from torchmpi.site import Site
 from torchmpi.yamltext import Block, Part, comment
 
@@ -87,7 +87,12 @@ def centre_externals(data: dict[str, Any]) -> list[tuple[str, list[str], bool]]:
       extensions find CUDA without ``CUDA_HOME`` (pytorch/pytorch
       torch/utils/cpp_extension.py, ``_find_cuda_home``);
     * a ``python`` in ``externals``: py-torch-mpi's direct run dependency,
-      the interpreter users run (py-torch-mpi/package.py).
+      the interpreter users run (py-torch-mpi/package.py);
+    * an AMD site's ROCm (``gpu.rocm``): one centre module (OLCF's
+      ``rocm/7.1.1``) for the several Spack packages it is declared as
+      (``data/gpu_vendors.yaml``); hip and the HSA runtime are what py-torch,
+      RCCL and the plugin link, and a ``hip/7.1.1-<hash>`` of this tree would
+      be unknown to Lmod (excluded) yet autoloaded, as real Lmod showed.
 
     Not loaded, only excluded: a compiler's modules (a build dependency, never
     autoloaded; its run-time libraries come RPATHed with gcc-runtime) and any
@@ -111,6 +116,11 @@ def centre_externals(data: dict[str, Any]) -> list[tuple[str, list[str], bool]]:
                 *[((data.get("gpu") or {}).get(k) or {}) for k in ("cuda", "cudnn")]):
         if ext:
             add(ext["spec"], ext, True)
+    gpu = data.get("gpu")
+    rocm = gpu.get("rocm") if isinstance(gpu, dict) else None
+    if isinstance(rocm, dict):
+        for name in gpuvendor.table()["amd"]["rocm_components"]:
+            add(f"{name}@{rocm['version']}", rocm, True)
     extra = data.get("externals")
     for ext in extra if isinstance(extra, list) else []:
         add(ext["spec"], ext, _spec_head(ext["spec"]).split("@")[0] == "python")
