@@ -235,3 +235,10 @@ def test_site_zero_is_kept_as_zero() -> None:
         d["mpi"]["cuda_aware"] = False
         d["runtime"] = {"env": {SWITCH: "0"}}
     assert runtime.environment(_derecho(edit))[SWITCH] == "0"
+
+
+@pytest.mark.parametrize("nodes, value", [(1, "Socket"), (2, "OFI"), (64, "OFI")])
+def test_a_multi_node_value_only_when_the_job_spans_nodes(nodes: int, value: str) -> None:
+    """Frontier's NCCL_NET (OLCF's PyTorch guide): OFI from two nodes on, Socket on one
+    (the plugin's network does not initialise within a node there)."""
+    assert runtime.environment(site_data("frontier"), nodes)["NCCL_NET"] == value
