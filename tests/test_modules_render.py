@@ -79,6 +79,10 @@ def test_lmod_layout(name: str, tmp_path: Path) -> None:
     assert lmod["all"]["autoload"] == "direct"
     keys = list(lmod["projections"])
     assert keys.index("py-torch-mpi+cuda") < keys.index("py-torch-mpi") < keys.index("all")
+    # named by the torch release it carries, and the CUDA it was built with
+    assert lmod["projections"]["py-torch-mpi+cuda"].startswith(
+        "{name}/{^py-torch.version}-cuda{^cuda.version}")
+    assert lmod["projections"]["py-torch-mpi"].startswith("{name}/{^py-torch.version}")
     root = site.data.get("install", {}).get("modules_root")
     assert default.get("roots", {}).get("lmod") == root
 
