@@ -242,3 +242,17 @@ def test_a_multi_node_value_only_when_the_job_spans_nodes(nodes: int, value: str
     """Frontier's NCCL_NET (OLCF's PyTorch guide): OFI from two nodes on, Socket on one
     (the plugin's network does not initialise within a node there)."""
     assert runtime.environment(site_data("frontier"), nodes)["NCCL_NET"] == value
+
+
+def test_each_layer_with_values_is_cited_and_a_layer_without_is_not() -> None:
+    """Frontier: the fabric's, the AMD block's and OLCF's layers each name their
+    sources (the multi-node NCCL_NET's included); Perlmutter, an NVIDIA site, has no
+    vendor layer at all, not an empty citation."""
+    whats = [what for what, _ in runtime.resolve(sitemod.load("frontier").data).sources]
+    assert whats[:3] == ["fabric defaults (slingshot)", "amd GPUs on slingshot",
+                         "centre defaults (olcf, amd GPUs)"]
+    sources = dict(runtime.resolve(sitemod.load("frontier").data).sources)
+    assert "olcf/olcf-user-docs" in sources["centre defaults (olcf, amd GPUs)"]
+    assert all(cited for _, cited in runtime.resolve(sitemod.load("perlmutter").data).sources)
+    assert not [w for w, _ in runtime.resolve(sitemod.load("perlmutter").data).sources
+                if "GPUs on" in w or w.startswith("centre defaults")]
