@@ -27,11 +27,19 @@ def _refused(tmp_path: Path, raw: bytes) -> str:
     return str(err.value).replace(str(path), "site.yaml")
 
 
-def test_a_control_character_is_located_on_its_line_and_column(tmp_path: Path) -> None:
+@pytest.mark.parametrize("description", [b"y", b"yz"])  # the line before ends even / odd
+def test_a_control_character_is_located_on_its_line_and_column(tmp_path: Path,
+                                                                description: bytes) -> None:
     """Line 3, after 'fabric: ib' and a space: column 12 (1-based), not counted from
     the file's start and not 0-based."""
-    message = _refused(tmp_path, b"name: x\ndescription: y\nfabric: ib \x07\n")
+    message = _refused(tmp_path, b"name: x\ndescription: " + description
+                       + b"\nfabric: ib \x07\n")
     assert message.startswith("site.yaml:3:12: character 7 is not allowed"), message
+
+
+def test_a_repeated_key_names_both_lines(tmp_path: Path) -> None:
+    message = _refused(tmp_path, b"name: x\nfabric: ib\nname: y\n")
+    assert message.startswith("site.yaml:3:1:") and "(first at line 1)" in message, message
 
 
 def test_a_syntax_error_is_located_one_based(tmp_path: Path) -> None:
