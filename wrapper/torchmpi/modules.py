@@ -9,7 +9,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from torchmpi import gpuvendor, runtime
+from torchmpi import gpuvendor
 from torchmpi.site import Site
 from torchmpi.yamltext import Block, Part, comment
 
@@ -138,8 +138,9 @@ def centre_loads(data: dict[str, Any]) -> list[str]:
     return out
 
 
-def config(data: dict[str, Any]) -> dict[str, Any]:
+def config(site: Site) -> dict[str, Any]:
     """The ``<system>:`` mapping under ``modules: default:``."""
+    data = site.data
     system_ = system(data)
     centre_mpi = centre_mpi_modules(data)
     excluded = [spec for spec, _, _ in centre_externals(data)]
@@ -162,7 +163,7 @@ def config(data: dict[str, Any]) -> dict[str, Any]:
     amd = isinstance(data.get("gpu"), dict) and data["gpu"].get("vendor") == "amd"
     out["projections"] = projections(system_, several, rocm=amd)
     torch: dict[str, Any] = {}
-    env = runtime.resolve(data).spack()
+    env = site.runtime.spack()
     if env:
         torch["environment"] = env
     loads = centre_loads(data)
@@ -177,9 +178,8 @@ def parts(site: Site) -> tuple[list[Part], dict[str, Any]]:
     """The modules.yaml text parts and the data they must load back to."""
     data = site.data
     system_ = system(data)
-    mpi = data["mpi"]
     centre = centre_mpi_modules(data)
-    hint = mpi["kind"] + (f"/{mpi['version']}" if mpi.get("version") else "")
+    hint = site.mpi_module
     if centre:
         hint = f"the centre's {' '.join(centre)}, which it loads itself"
     elif system_ == "lmod":
@@ -192,7 +192,7 @@ def parts(site: Site) -> tuple[list[Part], dict[str, Any]]:
         default["roots"] = {system_: root}
     # `enable::` (quoted key 'enable:') replaces the lower scopes' list.
     default["enable:"] = [system_]
-    default[system_] = config(data)
+    default[system_] = config(site)
     expected = {"modules": {"default": default}}
     text: list[Part] = [
         comment(

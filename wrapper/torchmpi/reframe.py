@@ -83,7 +83,7 @@ def launcher(site: Site) -> str:
 
 def launcher_options(site: Site) -> list[str]:
     """Launcher flags the site's runtime values need (fabric data ``launcher_flags``)."""
-    env = runtime.environment(site.data)
+    env = site.environment
     out = []
     for rule in runtime.launcher_flags():
         if env.get(rule["variable"]) != rule["value"]:
@@ -146,7 +146,7 @@ def nccl_expectations(site: Site) -> dict[str, str]:
         plugin = (site.data.get("nccl") or {}).get("plugin")
         if plugin:
             out["plugin"] = str(plugin)
-    pattern = bootstrap_pattern(runtime.environment(site.data).get("NCCL_SOCKET_IFNAME"))
+    pattern = bootstrap_pattern(site.environment.get("NCCL_SOCKET_IFNAME"))
     if pattern:
         out["bootstrap"] = pattern
     return out
@@ -176,7 +176,7 @@ def prepare_cmds(site: Site, env_from: str, outdir: Path, extra: list[str]) -> l
         # The centre's MPI by the centre's module names (JSC: OpenMPI/5.0.5), else the
         # tree's own MPI module, named kind/version.
         mpi_module = " ".join(mpi.get("modules") or [
-            mpi["kind"] + (f"/{mpi['version']}" if mpi.get("version") else "")])
+            site.mpi_module])
         if install["module_system"] == "lmod":
             cmds += [f"module use {root}/linux-*/Core", f"module load {mpi_module} py-torch-mpi"]
         else:

@@ -17,7 +17,7 @@ NAME = "runtime.sh"
 
 def body(site: Site) -> str:
     """runtime.sh: one ``export`` per variable of :func:`torchmpi.runtime.resolve`."""
-    rt = runtime.resolve(site.data)
+    rt = site.runtime
     lines = [(f"Runtime variables for jobs on '{site.name}'"
               f" (launcher: {site.data['launcher']}, fabric: {site.data['fabric']})."),
              "Source this file in the job script; it changes nothing at build time."]

@@ -17,10 +17,11 @@ from __future__ import annotations
 import difflib
 import hashlib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from torchmpi import detect, gpuvendor, paths, torches
+from torchmpi import detect, gpuvendor, paths, runtime, torches
 from torchmpi.autokeys import AUTO_KEYS, LOCAL, auto_keys
 from torchmpi.checks import refusal, validate
 from torchmpi.checks.gpu import cuda_archs
@@ -154,11 +155,36 @@ class Site:
             root += " ~cuda"
         return root + f" fabric={self.data['fabric']}"
 
+    @property
+    def mpi_spec(self) -> str:
+        """The MPI as Spack names it (``cray-mpich@8.1.27``; the kind alone without a
+        version): packages.yaml's requirement and external, ``torchmpi sites``."""
+        mpi = self.data["mpi"]
+        return mpi["kind"] + (f"@{mpi['version']}" if mpi.get("version") else "")
+
+    @property
+    def mpi_module(self) -> str:
+        """The MPI as a module name (``cray-mpich/8.1.27``): what modules.yaml and the
+        ReFrame environment name where the site loads it."""
+        mpi = self.data["mpi"]
+        return mpi["kind"] + (f"/{mpi['version']}" if mpi.get("version") else "")
+
+    @cached_property
+    def runtime(self) -> runtime.Runtime:
+        """The site's runtime variables resolved once (fabric defaults, the GPU vendor's
+        and centre's layers, the site's own values): every output reads these."""
+        return runtime.resolve(self.data)
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """The variables a job has after sourcing runtime.sh (``set`` only), in order."""
+        return dict(self.runtime.set)
+
     def summary(self) -> str:
         """One line for ``torchmpi sites``."""
         d = self.data
         gpu = self.sm_arch if self.gpu else ("gpu:auto" if d.get("gpu") else "cpu-only")
-        mpi = d["mpi"]["kind"] + (f"@{d['mpi']['version']}" if d["mpi"].get("version") else "")
+        mpi = self.mpi_spec
         return f"{d['target']}, {gpu}, {mpi}, {d['fabric']}, {d['launcher']} -- {d['description']}"
 
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from torchmpi import gpuvendor, pairs, paths, runtime, torches
+from torchmpi import gpuvendor, pairs, paths, torches
 from torchmpi.lock import root_name as package_name
 from torchmpi.site import Site
 from torchmpi.yamltext import Block, Part, comment
@@ -38,11 +38,6 @@ def roots(site: Site) -> list[str]:
     if releases:  # after the target: `^` starts the dependency's constraints
         specs = [f"{specs[0]} ^py-torch@={v}" for v in releases] + specs[1:]
     return specs
-
-
-def mpi_requirement(data: dict[str, Any]) -> str:
-    mpi = data["mpi"]
-    return mpi["kind"] + (f"@{mpi['version']}" if mpi.get("version") else "")
 
 
 def externals(site: Site) -> dict[str, dict[str, Any]]:
@@ -75,7 +70,7 @@ def externals(site: Site) -> dict[str, dict[str, Any]]:
         add(dict(comp, spec=spec), buildable=False)
     mpi = d["mpi"]
     if mpi.get("prefix") or mpi.get("modules"):
-        spec = mpi_requirement(d)
+        spec = site.mpi_spec
         if mpi["kind"] == "cray-mpich" and site.amdgpu_targets:  # GTL for HSA: ROCmPackage
             spec += f" ~cuda +rocm amdgpu_target={','.join(site.amdgpu_targets)}"
         elif mpi["kind"] == "cray-mpich":  # a CudaPackage: GTL and cuda_arch must match
@@ -157,7 +152,7 @@ def spack_yaml(site: Site, outdir: Path) -> tuple[list[Part], dict[str, Any]]:
     site_mirrors = mirrors(site)
     if site_mirrors:
         env["mirrors"] = site_mirrors
-    env_vars = runtime.resolve(site.data).spack()
+    env_vars = site.runtime.spack()
     if env_vars:
         env["env_vars"] = env_vars
     several = len(torches.versions(site.data)) > 1
@@ -221,7 +216,7 @@ def packages_yaml(site: Site) -> tuple[list[Part], dict[str, Any]]:
         "c": {"require": [compiler]},
         "cxx": {"require": [compiler]},
         "fortran": {"require": [compiler]},
-        "mpi": {"require": [mpi_requirement(d)]},
+        "mpi": {"require": [site.mpi_spec]},
     }
     nccl = dict(d.get("nccl") or {})
     # An AMD site's RCCL is its ROCm release: the plugin is the one vouched with it.

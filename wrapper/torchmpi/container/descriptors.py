@@ -33,7 +33,7 @@ def image_name(site: Site) -> str:
 def edf(site: Site, p: Plan) -> dict[str, Any]:
     """CSCS Container Engine environment definition (eth-cscs/cscs-docs
     docs/software/container-engine/edf.md): image, mounts, hook annotations, [env]."""
-    rt = runtime.resolve(site.data)
+    rt = site.runtime
     env = {MARKER: "ce", **p.env, **rt.set}
     for key, value in rt.prepend_path.items():
         env[key] = f"{value}:${{{key}:-}}"
@@ -76,7 +76,7 @@ def srun_line(site: Site, rest: str) -> str:
     PMI-2: MPICH in a container is wired up through Slurm's PMI-2 (eth-cscs/cscs-docs
     docs/software/communication/mpich.md, "Use PMI-2"); the flags: fabric data
     ``launcher_flags`` (``--network=disable_rdzv_get`` with ``alt_read``)."""
-    env = runtime.environment(site.data)
+    env = site.environment
     words = ["srun", "--mpi=pmi2"]
     for rule in runtime.launcher_flags():
         if env.get(rule["variable"]) == rule["value"]:
@@ -94,7 +94,7 @@ def edf_text(site: Site, p: Plan) -> str:
 
 def _env_args(site: Site, flag: str, engine: str,
               extra: dict[str, str] | None = None) -> list[str]:
-    env = {MARKER: engine, **(extra or {}), **runtime.environment(site.data)}
+    env = {MARKER: engine, **(extra or {}), **site.environment}
     return [f"{flag} {shlex.quote(f'{k}={v}')}" for k, v in env.items()]
 
 
@@ -107,7 +107,7 @@ def _in_container(site: Site) -> str:
     the image runs the same ``export`` lines as runtime.sh, then ``exec``-s the
     command.  Empty where the site adds to no list (the command starts as before).
     """
-    rt = runtime.resolve(site.data)
+    rt = site.runtime
     lines = runtime.shell_lines(runtime.Runtime(prepend_path=rt.prepend_path,
                                                 append_path=rt.append_path))
     if not lines:
@@ -251,7 +251,7 @@ def shifter_sh(site: Site, p: Plan) -> str:
             f"plugin {p.nccl.get('plugin')} they mount. Source it, then: srun shifter python ..."]
     body = [f"#SBATCH --image={image_name(site)}", f"#SBATCH --module={','.join(modules)}",
             f"export {MARKER}=shifter",
-            *[f"export {k}={shlex.quote(v)}" for k, v in runtime.environment(site.data).items()]]
+            *[f"export {k}={shlex.quote(v)}" for k, v in site.environment.items()]]
     return "\n".join(["#!/usr/bin/env bash", *comment(*what).splitlines(), *body]) + "\n"
 
 

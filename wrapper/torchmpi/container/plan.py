@@ -246,7 +246,7 @@ def plan(site: Site) -> Plan:
     # A runtime the site's MPI or fabric cannot serve was refused at load, by every
     # verb alike (torchmpi.checks.container), and Slingshot needs a gpu (the schema).
     host_mpi = rt == "apptainer" and kind in APPTAINER_HOST_MPI
-    values = runtime.resolve(d)
+    values = site.runtime
     added = [op for op in runtime.PATH_OPS if getattr(values, op)]
     if rt == "shifter" and added:
         # shifter_setupenv puts the image's ENV over the job's environment

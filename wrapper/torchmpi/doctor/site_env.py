@@ -41,7 +41,7 @@ def load_expectation(name_or_path: str) -> SiteExpectation:
         return SiteExpectation(name_or_path, unavailable=(
             f"reading site files needs the Python module '{missing}', not installed here "
             f"(pip install {missing}, or run the doctor where `torchmpi sites` works)"))
-    from torchmpi import paths, runtime
+    from torchmpi import paths
 
     # The rules about what Spack builds (vouched pairs, torch releases, CUDA ranges)
     # read the package repositories: applied where they are at hand (a checkout,
@@ -49,7 +49,7 @@ def load_expectation(name_or_path: str) -> SiteExpectation:
     # has none and needs only the site's runtime and layout to compare a job.
     repos = paths.torchmpi_repo().is_dir() and paths.builtin_repo().is_dir()
     loaded = site_files.load(name_or_path, build_rules=repos)
-    return SiteExpectation(loaded.name, loaded.data, runtime.environment(loaded.data))
+    return SiteExpectation(loaded.name, loaded.data, loaded.environment)
 
 
 @dataclass
