@@ -142,3 +142,27 @@ def test_the_first_library_naming_a_release_gives_the_version() -> None:
     info = nccl.plugin_from_maps(maps)
     assert info.version == (1, 19, 0)
     assert info.version_source == "/sw/aws-ofi-nccl-1.19.0/lib/libnccl-net.so"
+
+
+@pytest.mark.parametrize("plugin, names", [
+    ("", ["libnccl-net.so", "libnccl-net-ofi.so"]),
+    ("ofi", ["libnccl-net.so", "libnccl-net-ofi.so"]),
+    ("aws", ["libnccl-net.so", "libnccl-net-ofi.so", "libnccl-net-aws.so"]),
+    ("libmine.so", ["libnccl-net.so", "libnccl-net-ofi.so", "libmine.so",
+                    "libnccl-net-libmine.so.so"]),
+    ("/opt/p/lib/net", ["libnccl-net.so", "libnccl-net-ofi.so", "/opt/p/lib/net"]),
+])
+def test_the_libraries_nccl_would_try_for_a_net_plugin_setting(plugin, names) -> None:
+    """A name is tried as libnccl-net-<name>.so; a path or a .so name also as given."""
+    assert nccl.plugin_names({"NCCL_NET_PLUGIN": plugin}) == names
+
+
+def test_only_the_ofi_setting_is_said_to_predate_its_library() -> None:
+    """An old plugin and NCCL_NET_PLUGIN=aws (no libnccl-net-aws.so): no 'predates',
+    which is about the ofi library; the value compared as read from the environment."""
+    plugin = nccl.PluginInfo(libraries={"libnccl-net.so": "/sw/lib/libnccl-net.so"},
+                             version=(1, 14, 0))
+    for wanted in ("aws", "zzz", "".join(["o", "fi"])):  # noqa: FLY002 (not interned)
+        check = nccl.check_nccl_plugin({"NCCL_NET_PLUGIN": wanted}, plugin, False, 2)
+        assert check.status == FAIL
+        assert ("predates" in check.detail) is (wanted == "ofi"), (wanted, check.detail)
