@@ -39,6 +39,7 @@ g++ g++
 gfortran gfortran
 cmake cmake
 readelf binutils
+patch patch
 "
 
 missing=""

@@ -24,14 +24,13 @@ compiles.  A patch that used a CUDA name hipify rewrites would fail here.
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 import sys
 import tarfile
 
 import pytest
-from support import ROOT
+from support import ROOT, patcher
 from torchmpi import paths
 
 REFERENCE = paths.cache() / "reference" / "torch-2.6.0"
@@ -46,11 +45,7 @@ STUB = ROOT / "tests" / "fixtures" / "process_group_mpi" / "stub"
 
 
 def _patcher():
-    path = ROOT / "spack_repo/torchmpi/packages/py_torch/cuda_aware_mpi.py"
-    spec = importlib.util.spec_from_file_location("torchmpi_cuda_aware_mpi_hip", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return patcher.load()
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +65,8 @@ def hipified(tmp_path_factory) -> dict:
     for extra in EXTRA_FILES:
         (project / extra).parent.mkdir(parents=True, exist_ok=True)
         (project / extra).touch()
-    patched = _patcher().patch_source(FETCHED.read_text(encoding="utf-8"))
+    # What patch() writes for cray-mpich: the stream order and the MPICH branch.
+    patched = _patcher().patch_all(FETCHED.read_text(encoding="utf-8"), mpich=True)
     (project / TARGET).parent.mkdir(parents=True)
     (project / TARGET).write_text(patched, encoding="utf-8")
     proc = subprocess.run([sys.executable, "tools/amd_build/build_amd.py"], cwd=project,

@@ -22,6 +22,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support import patcher
 from torchmpi import paths
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,15 +32,7 @@ UPSTREAM_PATH = "torch/csrc/distributed/c10d/ProcessGroupMPI.cpp"
 FETCHED = paths.cache() / "reference" / "torch-2.6.0" / "src" / "ProcessGroupMPI.cpp"
 
 
-def _load_patch_module():
-    path = ROOT / "spack_repo/torchmpi/packages/py_torch/cuda_aware_mpi.py"
-    spec = importlib.util.spec_from_file_location("torchmpi_cuda_aware_mpi", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-patch = _load_patch_module()
+patch = patcher.load()
 
 ALL = sorted(p.name for p in FIXTURES.glob("*.cpp"))
 #: Fixtures that point at text fetched by ``make setup``, and shapes written here.
@@ -178,10 +171,16 @@ def test_patch_is_idempotent(name: str) -> None:
 
 
 def test_patch_file_reports_whether_it_changed(tmp_path: Path) -> None:
+    """On the whole file (the stream order edits enqueue() and the device guards:
+    only the fetched v2.6.0 text has them): the MPICH branch only when asked."""
     target = tmp_path / "ProcessGroupMPI.cpp"
-    target.write_text(_source("v2.9.1.cpp"))
+    target.write_text(_source("v2.6.0.cpp"))
+    assert patch.patch_file(str(target), mpich=False) is True
+    streams_only = target.read_text()
+    assert patch.STREAM_MARKER in streams_only and not patch.is_patched(streams_only)
     assert patch.patch_file(str(target)) is True
     once = target.read_text()
+    assert patch.is_patched(once)
     assert patch.patch_file(str(target)) is False
     assert target.read_text() == once
 
@@ -290,19 +289,24 @@ def test_patched_check_keeps_open_mpi_path(tmp_path: Path, name: str) -> None:
     assert _run(exe) == "accepted"
 
 
-def test_patcher_digest_is_in_the_package_file() -> None:
-    """Spack hashes py_torch/package.py, not the modules it imports: the
-    patcher's sha256 is written there, so changing the patcher changes the
-    package hash (and patch() refuses a patcher whose digest differs)."""
-    import hashlib
-    import re
-
-    package = (ROOT / "spack_repo/torchmpi/packages/py_torch/package.py").read_text()
-    recorded = re.search(r'^CUDA_AWARE_MPI_SHA256 = "([0-9a-f]{64})"$', package, re.MULTILINE)
-    assert recorded, "CUDA_AWARE_MPI_SHA256 missing from py_torch/package.py"
-    patcher = ROOT / "spack_repo/torchmpi/packages/py_torch/cuda_aware_mpi.py"
-    assert recorded.group(1) == hashlib.sha256(patcher.read_bytes()).hexdigest(), (
-        "cuda_aware_mpi.py changed: update CUDA_AWARE_MPI_SHA256 in py_torch/package.py")
+def test_patch_file_carries_this_patcher(tmp_path: Path) -> None:
+    """py-torch's ``patch()`` directive applies torchmpi-patcher.patch, which
+    creates the patcher in the stage; ``patch()`` runs that copy.  The file must
+    be this module exactly (regenerate: ``python
+    spack_repo/torchmpi/packages/py_torch/as_patch.py``), applied as Spack
+    applies patches (``patch -p1``), and no hand-kept digest replaces it."""
+    package_dir = ROOT / "spack_repo" / "torchmpi" / "packages" / "py_torch"
+    spec = importlib.util.spec_from_file_location("torchmpi_as_patch", package_dir / "as_patch.py")
+    as_patch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(as_patch)
+    patch_file = package_dir / as_patch.PATCH
+    assert patch_file.read_text() == as_patch.expected(), (
+        "cuda_aware_mpi.py changed: run python spack_repo/torchmpi/packages/py_torch/as_patch.py")
+    subprocess.run(["patch", "-s", "-p1", "-i", str(patch_file)], cwd=tmp_path, check=True)
+    assert (tmp_path / as_patch.STAGED).read_bytes() == patcher.PATH.read_bytes()
+    package = (package_dir / "package.py").read_text()
+    assert "CUDA_AWARE_MPI_SHA256" not in package
+    assert 'patch(as_patch.PATCH, when="+cuda_aware_mpi")' in package
 
 
 def test_branch_goes_before_the_outer_else_past_a_nested_one() -> None:

@@ -4,8 +4,9 @@ A property test (``mpich_cuda_patch`` is True) cannot see ``patch()`` skip
 cray-mpich; so here each method a build runs -- ``patch()``,
 ``setup_build_environment()`` -- is called by the pinned Spack on a concrete
 spec for every MPI provider and each ``cuda_aware_mpi`` setting, and the test
-reads what it produced: the staged ProcessGroupMPI.cpp (the real upstream text
-from tests/fixtures/process_group_mpi), the environment modifications.
+reads what it produced: the staged ProcessGroupMPI.cpp (upstream's v2.6.0 text,
+fetched by ``make setup``; the package's own patch files applied first, as
+Spack's ``do_patch`` does), the environment modifications.
 
 One py-torch solve serves all of it (a py-torch solve takes minutes): the
 plain ``py-torch`` of a Cray MPICH ``+cuda`` site.  That solve is itself a
@@ -37,12 +38,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import ROOT
-from torchmpi import runtime
+from support import cray_ex
+from torchmpi import paths, runtime
 
 pytestmark = pytest.mark.spack
 
-FIXTURE = ROOT / "tests" / "fixtures" / "process_group_mpi" / "v2.9.1.cpp"
+#: Upstream's v2.6.0 file (the whole file: the stream order edits enqueue()
+#: and the device guards, which the fixtures' excerpts do not have).
+FIXTURE = paths.cache() / "reference" / "torch-2.6.0" / "src" / "ProcessGroupMPI.cpp"
 PGMPI = Path("torch", "csrc", "distributed", "c10d", "ProcessGroupMPI.cpp")
 #: The line builtin py-torch's own patch() edits (pytorch/pytorch#52208).
 CAFFE2_LINE = "set_target_properties(torch_global_deps PROPERTIES LINKER_LANGUAGE C)\n"
@@ -51,17 +54,6 @@ PROVIDERS = ("cray-mpich", "mpich", "openmpi", "openmpi-cuda")
 #: Providers whose CUDA-awareness PyTorch cannot see without torchmpi's patch.
 MPICH_FAMILY = ("cray-mpich", "mpich")
 
-
-def _stub_library(path: Path) -> None:
-    """A real (tiny) shared library: builtin cray-mpich's gtl_lib looks for it on disk."""
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if not cc:
-        pytest.fail("no C compiler to build the stub GTL library (apt install gcc)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    source = path.with_suffix(".c")
-    source.write_text("int gtl_stub(void) { return 0; }\n")
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(path), str(source)], check=True)
-    source.unlink()
 
 
 def _touch(root: Path, *files: str) -> Path:
@@ -75,6 +67,7 @@ SCRIPT = r"""
 import copy, json, os, sys
 import spack.build_environment
 import spack.concretize
+import spack.patch
 import spack.spec
 from spack.util.environment import EnvironmentModifications
 
@@ -143,6 +136,13 @@ for provider in ("cray-mpich", "mpich", "openmpi", "openmpi-cuda"):
         os.chdir(src)
         row = {"mpi": spec["mpi"].name, "satisfies": spec.satisfies("+cuda_aware_mpi")}
         try:
+            # The patch files of torchmpi's override whose condition holds
+            # (builtin's own, which the subclass inherits, target other
+            # releases' files), then patch().
+            for when, patches in type(spec.package).patches.items():
+                for patch in patches:
+                    if "/torchmpi/packages/" in (patch.path or "") and spec.satisfies(when):
+                        spack.patch.apply_patch(src, patch.path, patch.level, patch.working_dir)
             spec.package.patch()
             row["patched"] = open(PGMPI).read()
             row["caffe2"] = open(os.path.join("caffe2", "CMakeLists.txt")).read()
@@ -316,13 +316,12 @@ def cray_site_methods(spack, tmp_path_factory) -> dict:
     package method run on each provider's spec."""
     base = tmp_path_factory.mktemp("methods")
     ext = base / "ext"
-    cray_root = ext / "mpich" / "8.1.29"
-    _stub_library(cray_root / "gtl" / "lib" / "libmpi_gtl_cuda.so")
-    mpich = _touch(cray_root / "ofi" / "gnu" / "12.3", "include/mpi.h", "lib/libmpi.so")
-    # An MPICH-family mpi.h defines MPICH_VERSION (the value here is arbitrary):
-    # py-torch's patch() preprocesses the patched check with the provider's
-    # headers and stops where no MPICH branch would compile (check_mpi_headers).
-    (mpich / "include" / "mpi.h").write_text('#define MPICH_VERSION "3.4a2"\n')
+    # Cray MPICH from the Cray EX stand-in (tests/support/cray_ex.py); its mpi.h
+    # defines MPICH_VERSION: py-torch's patch() preprocesses the patched check
+    # with the provider's headers and stops where no MPICH branch would compile
+    # (check_mpi_headers).
+    node = cray_ex.build(ext / "cray-ex", "gpu")
+    mpich = cray_ex.spack_external(node)
     cuda = _touch(ext / "cuda", "bin/nvcc", "include/cuda.h", "lib64/libcudart.so")
     env = base / "env"
     env.mkdir()
@@ -333,7 +332,7 @@ def cray_site_methods(spack, tmp_path_factory) -> dict:
             "all": {"variants": "+cuda cuda_arch=80"},
             "mpi": {"require": ["cray-mpich"]},
             "cray-mpich": {"buildable": False, "externals": [
-                {"spec": "cray-mpich@8.1.29 +cuda cuda_arch=80", "prefix": str(mpich)}]},
+                {"spec": "cray-mpich@8.1.30 +cuda cuda_arch=80", "prefix": str(mpich)}]},
             "cuda": {"buildable": False, "externals": [
                 {"spec": "cuda@12.8.0", "prefix": str(cuda)}]},
         },
@@ -344,7 +343,7 @@ def cray_site_methods(spack, tmp_path_factory) -> dict:
     script = SCRIPT + RUN_ENVIRONMENTS + "print(json.dumps(out))\n"
     proc = spack.python(script, str(stage), str(FIXTURE), CAFFE2_LINE, env_dir=env)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    result["gtl_dir"] = str(cray_root / "gtl" / "lib")
+    result["gtl_dir"] = str(node.path("gtl-8.1.30").parent)
     return result
 
 
@@ -373,22 +372,24 @@ def test_plain_py_mpi4py_on_a_cray_cuda_site_has_cuda_aware_mpi_off(cray_site_me
 def test_patch_edits_process_group_mpi_for_the_mpich_family_only(
     cray_site_methods, provider: str, aware: bool
 ) -> None:
-    """patch() adds the MPICH branch for cray-mpich and mpich with +cuda_aware_mpi;
-    Open MPI (recognised upstream) and ~cuda_aware_mpi keep the upstream bytes.
-    Builtin's own edit (caffe2's linker language) is made in every case."""
+    """patch() adds the stream order for every provider with +cuda_aware_mpi and
+    the MPICH branch for cray-mpich and mpich only (Open MPI is recognised
+    upstream), running the patcher the patch file put in the stage;
+    ~cuda_aware_mpi keeps the upstream bytes.  Builtin's own edit (caffe2's
+    linker language) is made in every case."""
     key = f"{provider} {'+' if aware else '~'}cuda_aware_mpi"
     row = cray_site_methods["torch"][key]
     assert row["mpi"] == provider and row["satisfies"] is aware
     assert "patch_error" not in row, row.get("patch_error")
     upstream = FIXTURE.read_text()
+    patched = row["patched"]
+    assert ("torchmpiOrderStreams(entry);" in patched) is aware, key
+    assert ("return torchmpiMpichCudaAware();" in patched) is (aware and provider in MPICH_FAMILY)
     if aware and provider in MPICH_FAMILY:
-        patched = row["patched"]
-        assert patched != upstream
         assert "#elif defined(MPICH_VERSION)" in patched
-        assert "return torchmpiMpichCudaAware();" in patched
         assert 'std::getenv("MPICH_GPU_SUPPORT_ENABLED")' in patched
-    else:
-        assert row["patched"] == upstream, key
+    if not aware:
+        assert patched == upstream, key
     assert "LINKER_LANGUAGE CXX" in row["caffe2"], "builtin's patch() did not run"
 
 

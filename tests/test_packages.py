@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import ROOT
+from support import ROOT, cray_ex
 
 pytestmark = pytest.mark.spack
 
@@ -259,18 +259,6 @@ def _fake_external(root: Path, files: tuple[str, ...]) -> Path:
     return root
 
 
-def _stub_library(path: Path, symbol: str) -> Path:
-    """Compile a real (tiny) shared library at ``path``: a linker must find it."""
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if not cc:
-        pytest.fail("no C compiler to build the stub GTL library (apt install gcc)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    source = path.with_suffix(".c")
-    source.write_text(f"int {symbol}(void) {{ return 0; }}\n")
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(path), str(source)], check=True)
-    source.unlink()
-    return path
-
 
 @pytest.fixture(scope="session")
 def cray_env(spack, tmp_path_factory) -> Path:
@@ -282,13 +270,10 @@ def cray_env(spack, tmp_path_factory) -> Path:
     # solver input from run to run, so Spack's concretization cache can answer
     # a repeated solve of an unchanged DAG.
     ext = spack.cache_dir.parent / "test-externals"
-    # Cray PE layout: the prefix is <mpich>/ofi/<compiler>/<version> and GTL
-    # lives in <mpich>/gtl/lib, where builtin cray-mpich's gtl_lib looks.
-    cray_root = ext / "mpich" / "8.1.29"
-    _stub_library(cray_root / "gtl" / "lib" / "libmpi_gtl_cuda.so", "mpi_gtl_cuda_stub")
-    mpich = _fake_external(
-        cray_root / "ofi" / "gnu" / "12.3", ("include/mpi.h", "lib/libmpi.so")
-    )
+    # Cray MPICH from the Cray EX stand-in (tests/support/cray_ex.py): the prefix
+    # is <mpich>/ofi/<compiler>/<version>, GTL (8.1.30's form, libcudart
+    # NEEDED) lives in <mpich>/gtl/lib, where builtin cray-mpich's gtl_lib looks.
+    mpich = cray_ex.spack_external(cray_ex.build(ext / "cray-ex", "gpu"))
     cuda = _fake_external(ext / "cuda", ("bin/nvcc", "include/cuda.h", "lib64/libcudart.so"))
     fabric = _fake_external(ext / "libfabric", ("include/rdma/fabric.h", "lib64/libfabric.so"))
     env = base / "env"
@@ -307,7 +292,7 @@ def cray_env(spack, tmp_path_factory) -> Path:
                 "mpi": {"require": ["cray-mpich"]},
                 "cray-mpich": {
                     "buildable": False,
-                    "externals": [{"spec": "cray-mpich@8.1.29 +cuda cuda_arch=80",
+                    "externals": [{"spec": "cray-mpich@8.1.30 +cuda cuda_arch=80",
                                    "prefix": str(mpich)}],
                 },
                 "cuda": {
@@ -513,7 +498,8 @@ def test_cray_install_loads_gtl_first(spack, cray_installed: Path, name: str,
     site = Path(next(line for line in out.splitlines() if line.startswith("SITE ")).split()[1])
     lines = (site / "__init__.py").read_text().splitlines()
     assert lines[1].startswith(f"from {package} import _torchmpi_gtl"), lines
-    gtl = spack.cache_dir.parent / "test-externals" / "mpich" / "8.1.29" / "gtl" / "lib"
+    node = spack.cache_dir.parent / "test-externals" / "cray-ex"
+    gtl = node / "opt/cray/pe/mpich/8.1.30/gtl/lib"
     preload = (site / "_torchmpi_gtl.py").read_text()
     assert f"GTL = {str(gtl / 'libmpi_gtl_cuda.so')!r}" in preload
     assert preload.rstrip().endswith("_GTL_HANDLE = preload()")
@@ -933,12 +919,11 @@ def _fixture_tags() -> list[tuple[int, ...]]:
 @pytest.fixture(scope="session")
 def torch_class_facts(spack) -> dict:
     """py-torch's releases that can be built +cuda_aware_mpi (the variant exists
-    and no version conflict excludes them), and its canonical package source."""
+    and no version conflict excludes them)."""
     code = """
 import json
 import spack.repo
 import spack.spec
-from spack.util.package_hash import canonical_source
 cls = spack.repo.PATH.get_pkg_class("py-torch")
 reachable = []
 for v in cls.versions:
@@ -952,8 +937,7 @@ for v in cls.versions:
            for when, entries in cls.conflicts.items() for c, _msg in entries):
         continue
     reachable.append(str(v))
-source = canonical_source(spack.spec.Spec("py-torch"), filter_multimethods=False)
-print(json.dumps({"reachable": reachable, "source": source}))
+print(json.dumps({"reachable": reachable}))
 """
     return json.loads(spack.python(code).stdout.strip().splitlines()[-1])
 
@@ -970,15 +954,21 @@ def test_cuda_aware_mpi_only_on_versions_the_fixtures_cover(torch_class_facts) -
     assert reachable - tags == unverified, (sorted(reachable - tags), sorted(unverified))
 
 
-def test_patcher_digest_is_part_of_the_package_hash(torch_class_facts) -> None:
-    """Spack's canonical package source (what its package hash digests) holds
-    the patcher's sha256, so a patcher change is a new py-torch hash."""
+def test_spack_spec_shows_the_patcher(spack, cray_env: Path, cray_dag: Dag) -> None:
+    """The patcher reaches the build as a patch file (py_torch/as_patch.py), so
+    its sha256 is in the concrete spec's ``patches`` (and hence in py-torch's
+    hash: Spack's ``content_hash`` digests each patch applied), and ``spack
+    spec`` prints it: a changed patcher is a new py-torch, visible as such."""
     import hashlib
 
-    digest = hashlib.sha256(
-        (ROOT / "spack_repo/torchmpi/packages/py_torch/cuda_aware_mpi.py").read_bytes()
-    ).hexdigest()
-    assert digest in torch_class_facts["source"]
+    patch_file = ROOT / "spack_repo/torchmpi/packages/py_torch/torchmpi-patcher.patch"
+    digest = hashlib.sha256(patch_file.read_bytes()).hexdigest()
+    assert digest in (cray_dag.variant("py-torch", "patches") or []), cray_dag.one("py-torch")
+    # No argument: the environment's concrete roots, as locked (no new solve).
+    out = spack.run("-e", str(cray_env), "spec", check=True).stdout
+    torch_lines = [line for line in out.splitlines() if re.search(r"\bpy-torch@", line)]
+    assert torch_lines and all(f"patches:={digest[:7]}" in line or f"patches={digest[:7]}" in line
+                               for line in torch_lines), torch_lines
 
 
 # --- aws-ofi-nccl: NCCL_NET by the plugin's version -----------------------------

@@ -25,21 +25,31 @@ What runs, per build:
   :data:`UPSTREAM_MPICH_BRANCH`) + torchmpi's patch, compiled with MPICH headers
   whose ``MPIX_GPU_SUPPORT_CUDA`` is removed (a Cray MPICH without the macro):
   upstream's branch compiles out, torchmpi's fallback answers.
+
+Every build also carries the stream order (``order_streams``), run by the
+driver's ``streams`` mode on a stand-in device whose streams run their
+kernels only when waited for (the driver's ``lazy`` namespace: registered as
+c10's device guard and ATen's kernels for the CUDA device type): with the
+waits, device all_reduce, broadcast, all_gather, gather and scatter give the
+right values; with the stand-in told to ignore a kind of wait, the
+collectives that depend on it give wrong ones.  What a CPU-only host cannot
+prove: that a real GPU runtime (CUDA, HIP) honours these c10 calls as the
+stand-in does -- docs/users.md says so.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from support import patcher
 from torchmpi import paths
 
-ROOT = Path(__file__).resolve().parents[1]
 DRIVER = Path(__file__).with_name("process_group_mpi_driver.cpp")
 REFERENCE = paths.cache() / "reference" / "torch-2.6.0"
 NOT_AWARE = "CUDA tensor detected and the MPI used doesn't have CUDA-aware MPI support"
@@ -69,15 +79,7 @@ MPI = {
 }
 
 
-def _patcher():
-    path = ROOT / "spack_repo/torchmpi/packages/py_torch/cuda_aware_mpi.py"
-    spec = importlib.util.spec_from_file_location("torchmpi_cuda_aware_mpi_build", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-patch = _patcher()
+patch = patcher.load()
 
 
 def reference() -> Path:
@@ -135,9 +137,12 @@ def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (shim / "mpi.h").write_text(NO_GPU_MACRO_MPI_H)
     upstream = upstream_source()
     sources = {
-        "openmpi": ("openmpi", patch.patch_source(upstream), []),
-        "mpich": ("mpich", patch.patch_source(upstream), []),
-        "mpich-no-gpu-macro": ("mpich", patch.patch_source(with_upstream_mpich_branch(upstream)),
+        # What py-torch's patch() applies: the stream order on every build,
+        # the MPICH branch on the MPICH family only.
+        "openmpi": ("openmpi", patch.patch_all(upstream, mpich=False), []),
+        "mpich": ("mpich", patch.patch_all(upstream, mpich=True), []),
+        "mpich-no-gpu-macro": ("mpich",
+                               patch.patch_all(with_upstream_mpich_branch(upstream), mpich=True),
                                ["-I", str(shim)]),
     }
     jobs = {}
@@ -256,3 +261,85 @@ def test_headers_select_the_branch_each_build_compiled(tmp_path: Path) -> None:
     assert patch.selected_branch(pr, no_macro) == "none"
     with pytest.raises(patch.PatchError, match="'none' branch"):
         patch.check_headers(upstream, pre("mpich"), True)
+
+
+OPS = ("all_reduce", "broadcast", "all_gather[0]", "all_gather[1]", "scatter")
+
+
+def _device(lines: list[str]) -> dict[str, str]:
+    """``{"R <op>": "ok" | "WRONG"}`` from the streams mode's device lines."""
+    found = {}
+    for line in lines:
+        rank, _, rest = line.partition(": device ")
+        if rest:
+            op, _, verdict = rest.partition(" ")
+            found[f"{rank.split()[1]} {op}"] = verdict.split(":")[0]
+    return found
+
+
+def _want(verdicts: dict[str, str]) -> dict[str, str]:
+    """Every op on both ranks (gather's outputs on the root only) -> its verdict."""
+    want = {f"{r} {op}": verdicts.get(op, "ok") for r in (0, 1) for op in OPS}
+    want.update({f"0 gather[{i}]": verdicts.get("gather", "ok") for i in (0, 1)})
+    return want
+
+
+def test_stream_order_reaches_every_mpi_call() -> None:
+    """On v2.6.0's text: a wait after each of the 12 device guards that precede an
+    MPI call (collectives, all_to_all, send/recv), the enqueue hook, idempotent."""
+    upstream = upstream_source()
+    ordered = patch.order_streams(upstream)
+    guards = len(re.findall(r"c10::DeviceGuard \w+\(.+\.device\(\)\);\n *torchmpiWaitStream",
+                            ordered))
+    assert guards == 12 == upstream.count("c10::DeviceGuard guard")
+    assert ordered.count("torchmpiOrderStreams(entry);") == 1
+    assert patch.order_streams(ordered) == ordered
+    once = patch.patch_all(upstream, True)
+    assert patch.patch_all(once, True) == once
+    with pytest.raises(patch.PatchError, match="enqueue"):
+        patch.order_streams(upstream.replace("ProcessGroupMPI::enqueue(", "ProcessGroupMPI::q("))
+
+
+@pytest.mark.parametrize("name", ["mpich", "mpich-no-gpu-macro"])
+def test_stream_order_on_a_stand_in_device(builds: dict[str, Path], name: str) -> None:
+    """Device tensors whose inputs are still being written on the caller's stream
+    (and whose outputs the worker copies on its own): every collective right;
+    the waits are reached (5 events recorded by the callers, 5 waited for by the
+    worker, 10 stream drains); with CPU tensors the stand-in is never called."""
+    lines = run("mpich", builds[name], "streams", MPICH_GPU_SUPPORT_ENABLED="1")
+    assert _device(lines) == _want({}), lines
+    assert [line for line in lines if "cpu stand-in calls" in line] == [
+        f"rank {r}: cpu stand-in calls 0" for r in (0, 1)], lines
+    assert [line for line in lines if "waits:" in line] == [
+        f"rank {r}: waits: 5 recorded, 5 on events, 10 on streams" for r in (0, 1)], lines
+    ops = ("all_reduce", "broadcast", "all_gather", "gather", "scatter")
+    assert {f"rank {r}: {op} ok" for r in (0, 1) for op in ops} <= set(lines)
+
+
+@pytest.mark.parametrize("ignored,verdicts", [
+    # The caller's stream not waited for: MPI reads inputs still being written.
+    ("event", {op: "WRONG" for op in (*OPS, "gather")}),
+    # The worker's stream not drained: scatter sends its flat buffer before the
+    # copies into it ran; all_gather/gather complete before the copies out ran.
+    ("stream", {"all_gather[0]": "WRONG", "all_gather[1]": "WRONG", "gather": "WRONG",
+                "scatter": "WRONG"}),
+])
+def test_each_wait_is_what_orders(builds: dict[str, Path], ignored: str,
+                                  verdicts: dict[str, str]) -> None:
+    """The control: the stand-in ignoring one kind of wait (what upstream's
+    backend, which makes none, amounts to) gives wrong values exactly where
+    that wait matters -- so the right values above come from the patch."""
+    lines = run("mpich", builds["mpich"], "streams", MPICH_GPU_SUPPORT_ENABLED="1",
+                TORCHMPI_LAZY_IGNORE=ignored)
+    assert _device(lines) == _want(verdicts), lines
+
+
+def test_open_mpi_build_carries_the_stream_order(builds: dict[str, Path]) -> None:
+    """Open MPI's build compiles the same waits (no MPICH branch): CPU collectives
+    pass with the stand-in device registered and never call it; device tensors
+    meet PyTorch's check first (Debian's Open MPI is not CUDA-aware)."""
+    lines = run("openmpi", builds["openmpi"], "streams")
+    assert [line for line in lines if "cpu stand-in calls" in line] == [
+        f"rank {r}: cpu stand-in calls 0" for r in (0, 1)], lines
+    assert {line.partition(": ")[2] for line in lines if "device" in line} == {
+        f"device rejected: {NOT_AWARE}"}, lines

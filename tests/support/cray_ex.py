@@ -206,3 +206,26 @@ def build(root: Path, kind: str, mounted: bool = False) -> Node:
             hide.mkdir(parents=True, exist_ok=True)
             (hide / soname(entry)).write_bytes(b"")
     return node
+
+
+#: Where Spack's external ``cray-mpich`` prefix is on a built node: the manifest's
+#: libmpi release, ``<mpich>/ofi/<compiler>/<version>``, whose ``../../../gtl/lib``
+#: builtin cray-mpich's ``gtl_lib`` searches (its package.py says so).
+SPACK_PREFIX = "/opt/cray/pe/mpich/8.1.30/ofi/gnu/9.1"
+
+
+def spack_external(node: Node) -> Path:
+    """The node's cray-mpich as a Spack external prefix (:data:`SPACK_PREFIX`), with
+    what Spack reads there and the stand-in does not build: ``include/mpi.h``
+    defining ``MPICH_VERSION`` (Cray MPICH 8 is MPICH 3.4a2 based: the value the
+    tests have used) and ``lib/libmpi.so`` (a link to the stand-in libmpi).  GTL
+    stays the manifest's 8.1.30 form, at the path ``gtl_lib`` finds."""
+    prefix = node.at(SPACK_PREFIX)
+    (prefix / "include").mkdir(parents=True, exist_ok=True)
+    (prefix / "include" / "mpi.h").write_text('#define MPICH_VERSION "3.4a2"\n')
+    lib = prefix / "lib" / "libmpi.so"
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    if lib.is_symlink() or lib.exists():
+        lib.unlink()
+    lib.symlink_to(os.path.relpath(node.path("libmpi"), lib.parent))
+    return prefix

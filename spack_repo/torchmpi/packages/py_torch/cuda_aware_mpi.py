@@ -26,6 +26,13 @@ other MPICH.  :func:`selected_branch` runs the provider's preprocessor over
 the patched function at patch time, and :func:`check_headers` refuses a
 provider whose headers select no CUDA-aware branch at all.
 
+:func:`order_streams` (every ``+cuda_aware_mpi`` build, Open MPI included)
+adds the stream order the backend lacks (pytorch/pytorch#38642, #10800): MPI
+runs on a worker thread with no wait on the caller's stream, and the worker's
+own copies (all_gather/gather outputs, scatter's flattened input) are not
+waited for either.  It uses c10's device-generic guard interface only, so it
+compiles in libtorch_cpu without CUDA headers, and does nothing for CPU tensors.
+
 Plain Python without Spack imports so that tests can run it on fixture files.
 """
 
@@ -126,11 +133,117 @@ def patch_source(source: str) -> str:
     return patched[:include_at] + _INCLUDES + patched[include_at:]
 
 
-def patch_file(path: str) -> bool:
-    """Patch ``path`` in place; return whether it changed."""
+#: Marker of the stream-order part of the patch (idempotency, as :data:`MARKER`).
+STREAM_MARKER = "torchmpi: stream order"
+
+_STREAM_INCLUDES = f"""\
+#include <c10/core/Event.h> // {STREAM_MARKER}
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <algorithm>
+#include <memory>
+"""
+
+# Device-generic (c10's guard interface: no CUDA header, so it compiles in
+# libtorch_cpu); every call is a no-op for CPU tensors.
+_STREAM_HELPERS = f"""\
+// {STREAM_MARKER} (added by the torchmpi py-torch package).
+// MPI reads and writes device memory from the worker thread (or, for
+// send/recv, right away) while kernels queued on the caller's stream may
+// still be writing it (pytorch/pytorch#38642, #10800), and the worker copies
+// outputs on its own stream.  So: the caller's current stream is recorded at
+// enqueue and the worker waits for it before MPI runs; the current stream is
+// drained before each MPI call (the worker's copies into a send buffer, or the
+// caller's stream for send/recv); the worker's stream is drained before the
+// work completes (its copies into the outputs).
+void torchmpiWaitStream(const c10::Device& device) {{
+  if (device.is_cpu()) {{
+    return;
+  }}
+  c10::impl::VirtualGuardImpl impl(device.type());
+  impl.synchronizeStream(impl.getStream(device));
+}}
+
+void torchmpiOrderStreams(std::unique_ptr<WorkEntry>& entry) {{
+  std::vector<c10::Device> devices;
+  auto add = [&devices](const std::vector<at::Tensor>& tensors) {{
+    for (const auto& tensor : tensors) {{
+      if (tensor.defined() && !tensor.device().is_cpu() &&
+          std::find(devices.begin(), devices.end(), tensor.device()) == devices.end()) {{
+        devices.push_back(tensor.device());
+      }}
+    }}
+  }};
+  add(entry->src);
+  add(entry->dst);
+  if (devices.empty()) {{
+    return;
+  }}
+  auto events = std::make_shared<std::vector<c10::Event>>();
+  for (const auto& device : devices) {{
+    c10::impl::VirtualGuardImpl impl(device.type());
+    events->emplace_back(device.type());
+    events->back().record(impl.getStream(device));
+  }}
+  auto run = std::move(entry->run);
+  entry->run = [events, devices, run](std::unique_ptr<WorkEntry>& work) {{
+    for (const auto& event : *events) {{
+      event.synchronize();
+    }}
+    run(work);
+    for (const auto& device : devices) {{
+      torchmpiWaitStream(device);
+    }}
+  }};
+}}
+
+"""
+
+_ENQUEUE = re.compile(r"^c10::intrusive_ptr<Work> ProcessGroupMPI::enqueue\([^{]*\{\n",
+                      re.MULTILINE)
+_GUARD = re.compile(r"^( *)c10::DeviceGuard \w+\((.+)\.device\(\)\);\n"
+                    r"(?= *std::unique_lock<std::mutex> globalLock\(pgGlobalMutex_\);)",
+                    re.MULTILINE)
+
+
+def order_streams(source: str) -> str:
+    """Return ``source`` (the whole ProcessGroupMPI.cpp) with the stream order
+    added: :data:`_STREAM_HELPERS` before ``cudaAwareMpiCheck()``, a call to
+    ``torchmpiOrderStreams`` first in ``enqueue()`` and one to
+    ``torchmpiWaitStream`` after each device guard that precedes an MPI call.
+    Unchanged if already there; :class:`PatchError` when a piece is not found."""
+    if STREAM_MARKER in source:
+        return source
+    enqueue = _ENQUEUE.search(source)
+    if not enqueue:
+        raise PatchError("ProcessGroupMPI::enqueue() definition not found")
+    source = (source[:enqueue.end()] + f"  torchmpiOrderStreams(entry); // {STREAM_MARKER}\n"
+              + source[enqueue.end():])
+    source, guards = _GUARD.subn(
+        lambda m: f"{m.group(0)}{m.group(1)}torchmpiWaitStream({m.group(2)}.device());\n", source)
+    if not guards:
+        raise PatchError("no c10::DeviceGuard before an MPI call found")
+    start, _ = _function_span(source)
+    source = source[:start] + _STREAM_HELPERS + source[start:]
+    include_at = source.find("#include")
+    if include_at < 0:
+        raise PatchError("no #include found")
+    return source[:include_at] + _STREAM_INCLUDES + source[include_at:]
+
+
+def patch_all(source: str, mpich: bool) -> str:
+    """What ``patch()`` makes of the whole file: the stream order for every
+    ``+cuda_aware_mpi`` build, the MPICH branch for the MPICH family only
+    (Open MPI's branch is PyTorch's own)."""
+    patched = order_streams(source)
+    return patch_source(patched) if mpich else patched
+
+
+def patch_file(path: str, mpich: bool = True) -> bool:
+    """Patch ``path`` in place: the stream order (:func:`order_streams`) always,
+    the MPICH branch (:func:`patch_source`) when ``mpich``; return whether it changed."""
     with open(path, encoding="utf-8") as stream:
         source = stream.read()
-    patched = patch_source(source)
+    patched = patch_all(source, mpich)
     if patched == source:
         return False
     with open(path, "w", encoding="utf-8") as stream:

@@ -13,25 +13,23 @@ site-wide.  See docs/design.md.
 """
 
 import hashlib
+import importlib.util
 import os
 
 from spack_repo.builtin.packages.py_torch.package import PyTorch as BuiltinPyTorch
-from spack_repo.torchmpi.packages.py_torch import cuda_aware_mpi, gtl_preload
+from spack_repo.torchmpi.packages.py_torch import as_patch, gtl_preload
 
 from spack.package import *
 
 #: The file holding PyTorch's CUDA-awareness check for the MPI backend.
 PROCESS_GROUP_MPI = os.path.join("torch", "csrc", "distributed", "c10d", "ProcessGroupMPI.cpp")
 
-#: sha256 of ``cuda_aware_mpi.py``, the patcher ``patch()`` runs.  Spack's
-#: package hash covers this file only, not the modules it imports: keeping the
-#: patcher's digest here makes every change to the patcher change py-torch's
-#: hash (a rebuild), and ``patch()`` refuses a patcher that does not match.
 #: sha256 of ``gtl_preload.py``, the module installed as ``torch/_torchmpi_gtl.py``
-#: (and ``mpi4py/_torchmpi_gtl.py``), for the same reason.
+#: (and ``mpi4py/_torchmpi_gtl.py``).  Spack's package hash covers this file
+#: only, not the modules it imports: the digest kept here makes a change to the
+#: preload a change of py-torch's hash.  (The patcher needs no such constant: it
+#: reaches the build as a patch file the spec records, see ``as_patch.py``.)
 GTL_PRELOAD_SHA256 = "c5577e6913a2f196f110284506bf56ab55b7b76b81abe1935947b930f6006517"
-
-CUDA_AWARE_MPI_SHA256 = "a2656378ec9947047516e289ff7a3b931d347fbf86f6a1d9c019c8625a430a21"
 
 #: Builtin releases that can be built ``+cuda_aware_mpi`` but have no fixture
 #: of their real ProcessGroupMPI.cpp (its text at these tags could not be read
@@ -240,23 +238,47 @@ class PyTorch(BuiltinPyTorch):
             return ""
         return cray_gtl_library(self.spec["mpi"], "py-torch +cuda_aware_mpi")
 
+    # The patcher, as a patch that creates it in the stage (as_patch.py): its
+    # sha256 is in the spec (``patches=``) and its hash, and ``patch()`` below
+    # runs that copy.  Every +cuda_aware_mpi build gets the stream order; the
+    # MPICH family also gets the MPICH branch of cudaAwareMpiCheck().
+    patch(as_patch.PATCH, when="+cuda_aware_mpi")
+
+    def staged_patcher(self):
+        """The patcher the ``patch()`` directive put in the stage (not this
+        repository's copy: the one whose sha256 the spec records)."""
+        path = os.path.abspath(as_patch.STAGED)
+        if not os.path.isfile(path):
+            raise InstallError(f"py-torch +cuda_aware_mpi: {path} is missing: the patch "
+                               f"{as_patch.PATCH} was not applied")
+        spec = importlib.util.spec_from_file_location("torchmpi_staged_cuda_aware_mpi", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
     def patch(self):
         super().patch()
+        if not self.spec.satisfies("+cuda_aware_mpi"):
+            return
+        patcher = self.staged_patcher()
+        try:
+            changed = patcher.patch_file(PROCESS_GROUP_MPI, mpich=self.mpich_cuda_patch)
+        except patcher.PatchError as error:
+            raise InstallError(f"py-torch +cuda_aware_mpi: {PROCESS_GROUP_MPI}: {error}") from None
+        what = "stream order" + (", MPICH CUDA-awareness" if self.mpich_cuda_patch else "")
+        state = f"patched ({what})" if changed else "already patched"
+        tty.msg(f"torchmpi: {PROCESS_GROUP_MPI} {state}")
         if self.mpich_cuda_patch:
-            _check_digest(cuda_aware_mpi.__file__, CUDA_AWARE_MPI_SHA256, "CUDA_AWARE_MPI_SHA256")
-            changed = cuda_aware_mpi.patch_file(PROCESS_GROUP_MPI)
-            state = "patched for MPICH CUDA-awareness" if changed else "already patched"
-            tty.msg(f"torchmpi: {PROCESS_GROUP_MPI} {state}")
-            self.check_mpi_headers()
+            self.check_mpi_headers(patcher)
 
-    def check_mpi_headers(self) -> None:
+    def check_mpi_headers(self, patcher) -> None:
         """Which branch of the patched check the provider's own headers compile.
 
         Upstream's MPICH branch (pytorch/pytorch#178323) needs
         ``MPIX_GPU_SUPPORT_CUDA``, torchmpi's fallback ``MPICH_VERSION``: the
         patched function is preprocessed with this ``mpi``'s include
         directories, and a build that would refuse every CUDA tensor stops here
-        (``cuda_aware_mpi.check_headers``).  A provider without ``mpi.h`` is
+        (the staged patcher's ``check_headers``).  A provider without ``mpi.h`` is
         only warned about: FindMPI stops that build anyway.
         """
         mpi = self.spec["mpi"]
@@ -273,8 +295,8 @@ class PyTorch(BuiltinPyTorch):
         with open(PROCESS_GROUP_MPI, encoding="utf-8") as stream:
             source = stream.read()
         try:
-            branch = cuda_aware_mpi.check_headers(source, command, mpich_family=True)
-        except cuda_aware_mpi.PatchError as error:
+            branch = patcher.check_headers(source, command, mpich_family=True)
+        except patcher.PatchError as error:
             raise InstallError(f"py-torch +cuda_aware_mpi with {mpi.name}: {error}") from None
         tty.msg(f"torchmpi: {mpi.name}'s headers compile the {branch} branch of "
                 "cudaAwareMpiCheck()")
