@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support import ROOT, cray_ex
+from support.solves import SiteSolves
 
 pytestmark = pytest.mark.spack
 
@@ -192,18 +193,21 @@ class Dag:
 
 
 @pytest.fixture(scope="session")
-def openmpi_solve(spack) -> dict:
-    """InfiniBand build with openmpi-cuda, solved from scratch in ``spack python``
-    so that the concrete package can be asked what its patch() would do."""
+def openmpi_solve(spack, tmp_path_factory) -> dict:
+    """InfiniBand build with openmpi-cuda: the generic-ib site's solve, the run's
+    one (:mod:`support.solves`; ``py-torch-mpi +cuda cuda_arch=80 +cuda_aware_mpi
+    fabric=ib``, ``mpi`` required to be ``openmpi-cuda``, nothing said about UCX or
+    NCCL's fabrics, so the recipes decide), read in ``spack python`` so that the
+    concrete package can be asked what its patch() would do."""
+    env_dir = SiteSolves(spack, tmp_path_factory).copy("generic-ib", "generic-ib--packages")
     code = """
 import json
-import spack.concretize
-spec = spack.concretize.concretize_one(
-    "py-torch-mpi +cuda cuda_arch=80 fabric=ib ^openmpi-cuda")
+import spack.environment as ev
+[spec] = [s for s in ev.active_environment().concrete_roots() if s.name == "py-torch-mpi"]
 print(json.dumps({"spec": spec.to_dict()["spec"],
                   "mpich_cuda_patch": spec["py-torch"].package.mpich_cuda_patch}))
 """
-    return json.loads(spack.python(code).stdout.strip().splitlines()[-1])
+    return json.loads(spack.python(code, env_dir=env_dir).stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="session")
@@ -1243,36 +1247,21 @@ def test_design_doc_shows_the_rccl_pairs_table() -> None:
 
 @pytest.fixture(scope="session")
 def rocm_slingshot_solve(spack, tmp_path_factory) -> dict:
-    """The one +rocm solve (about 260 s on a loaded 2-core host): py-torch-mpi
-    +rocm for Slingshot against a Cray-shaped site, cray-mpich +rocm and a cxi
-    libfabric as externals (stub prefixes), the ROCm stack left to the solver."""
-    ext = tmp_path_factory.mktemp("rocm-externals")
-    mpich = _fake_external(ext / "mpich" / "ofi" / "gnu" / "12.3",
-                           ("include/mpi.h", "lib/libmpi.so"))
-    fabric = _fake_external(ext / "libfabric", ("include/rdma/fabric.h", "lib64/libfabric.so"))
-    code = f"""
+    """The +rocm solve: OLCF Frontier's, the run's one (:mod:`support.solves`):
+    py-torch-mpi +rocm amdgpu_target=gfx90a for Slingshot, OLCF's cray-mpich +rocm
+    and cxi libfabric as externals, read in ``spack python`` (no second solve).
+    The test below asks of it only what the recipes decide."""
+    env_dir = SiteSolves(spack, tmp_path_factory).copy("frontier", "frontier--packages")
+    code = """
 import json
-import spack.concretize
-import spack.config
-# The container solves' settings (torchmpi.container.image): one generic target, no
-# provider the requirements rule out, one node per package; the DAG is the one asked.
-scope = spack.config.InternalConfigScope("rocm-site", {{"concretizer": {{
-    "static_analysis": True, "duplicates": {{"strategy": "none"}},
-    "targets": {{"granularity": "generic"}}}}, "packages": {{
-    "mpi": {{"require": ["cray-mpich"]}},
-    "cray-mpich": {{"buildable": False, "externals": [
-        {{"spec": "cray-mpich@8.1.31 +rocm amdgpu_target=gfx90a", "prefix": {str(mpich)!r}}}]}},
-    "libfabric": {{"buildable": False, "externals": [
-        {{"spec": "libfabric@1.22.0 fabrics=cxi", "prefix": {str(fabric)!r}}}]}}}}}})
-with spack.config.override(scope):
-    spec = spack.concretize.concretize_one(
-        "py-torch-mpi +rocm amdgpu_target=gfx90a fabric=slingshot")
-print(json.dumps({{
-    "nodes": {{d.name: {{"version": str(d.version), "external": d.external,
-                        "variants": {{k: str(v.value) for k, v in d.variants.items()}}}}
-              for d in spec.traverse()}}}}))
+import spack.environment as ev
+[spec] = [s for s in ev.active_environment().concrete_roots() if s.name == "py-torch-mpi"]
+print(json.dumps({
+    "nodes": {d.name: {"version": str(d.version), "external": d.external,
+                       "variants": {k: str(v.value) for k, v in d.variants.items()}}
+              for d in spec.traverse()}}))
 """
-    return json.loads(spack.python(code).stdout.strip().splitlines()[-1])["nodes"]
+    return json.loads(spack.python(code, env_dir=env_dir).stdout.strip().splitlines()[-1])["nodes"]
 
 
 @pytest.mark.concretize
