@@ -14,9 +14,10 @@ test files' names (``wrapper/torchmpi/x.py`` -> ``tests/test_x.py``, ...):
 
 Each hand-written mutant is run in a scratch copy of the checkout (the working
 tree is never touched; ``PYTHONPATH`` points the ``torchmpi`` import at the
-copy).  A mutant of the patcher (``cuda_aware_mpi.py``) also gets
-``CUDA_AWARE_MPI_SHA256`` updated to its own digest, so that it is not "killed"
-merely by the digest test: only a test of the patcher's behaviour can kill it.
+copy).  A mutant of the patcher (``cuda_aware_mpi.py``) also gets its patch file
+and ``PATCHER_PATCH_SHA256`` rewritten by ``as_patch.py``, as a developer does
+after an edit, so that it is not "killed" merely by the patch-file test: only a
+test of the patcher's behaviour can kill it.
 
 Usage: scripts/mutate.py [--spack] [--jobs N] [--only AREA] [--match TEXT]... [--list]
        scripts/mutate.py --generated N [--budget S] [--seed K] [--head] [--module TEXT]...
@@ -27,9 +28,7 @@ SURVIVORS_OK; the generated run reports its scores and exits 0.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -461,12 +460,9 @@ def _apply(tree: Path, m: Mutant) -> None:
         raise SystemExit(f"mutate: {m.name}: the line occurs {text.count(m.old)} times "
                          f"in {m.file} (the code moved on: update scripts/mutate.py)")
     path.write_text(text.replace(m.old, m.new))
-    if m.file == PATCHER:  # keep the digest check from being what kills it
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        pkg = tree / TORCH_PACKAGE
-        pkg.write_text(re.sub(r'^CUDA_AWARE_MPI_SHA256 = "[0-9a-f]{64}"$',
-                              f'CUDA_AWARE_MPI_SHA256 = "{digest}"', pkg.read_text(),
-                              flags=re.MULTILINE))
+    if m.file == PATCHER:  # the patch file and its sha256 follow, as after an edit
+        subprocess.run([sys.executable, str(tree / Path(PATCHER).parent / "as_patch.py")],
+                       check=True, capture_output=True)
 
 
 def mutant_env(tree: Path, outer: dict[str, str]) -> dict[str, str]:

@@ -14,6 +14,7 @@ tests/test_process_group_mpi_build.py.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import re
@@ -302,6 +303,12 @@ def test_patch_file_carries_this_patcher(tmp_path: Path) -> None:
     patch_file = package_dir / as_patch.PATCH
     assert patch_file.read_text() == as_patch.expected(), (
         "cuda_aware_mpi.py changed: run python spack_repo/torchmpi/packages/py_torch/as_patch.py")
+    # Spack re-reads the patch index only for a changed package.py: the patch's
+    # sha256 is written there too, so a new patcher is never looked up in a stale
+    # index ("Couldn't find patch" at install).
+    recorded = as_patch.SHA_LINE.search((package_dir / "package.py").read_text())
+    assert recorded and recorded.group(0).split('"')[1] == as_patch.sha256() == hashlib.sha256(
+        patch_file.read_bytes()).hexdigest(), "run python .../py_torch/as_patch.py"
     subprocess.run(["patch", "-s", "-p1", "-i", str(patch_file)], cwd=tmp_path, check=True)
     assert (tmp_path / as_patch.STAGED).read_bytes() == patcher.PATH.read_bytes()
     package = (package_dir / "package.py").read_text()

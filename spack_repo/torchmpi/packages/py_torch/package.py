@@ -243,6 +243,14 @@ class PyTorch(BuiltinPyTorch):
     # runs that copy.  Every +cuda_aware_mpi build gets the stream order; the
     # MPICH family also gets the MPICH branch of cudaAwareMpiCheck().
     patch(as_patch.PATCH, when="+cuda_aware_mpi")
+    #: The sha256 of that patch file, rewritten with it by ``as_patch.py``.  Not a
+    #: check (Spack hashes the file itself): Spack re-reads a repository's patch
+    #: index only for packages whose package.py changed (spack v1.1.0
+    #: lib/spack/spack/repo.py, ``PatchIndexer.needs_update`` returns False), so a
+    #: new patcher under an unchanged package.py solves with the new sha256 and
+    #: then fails ``spack install`` with "Couldn't find patch" from the stale
+    #: index.  This line changes package.py whenever the patch changes.
+    PATCHER_PATCH_SHA256 = "3e1b204f2b5db96b16149889305bb12a099e8e4c4e1dee46028f560dcd3ab691"
 
     def staged_patcher(self):
         """The patcher the ``patch()`` directive put in the stage (not this
