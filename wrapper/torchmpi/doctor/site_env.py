@@ -4,12 +4,14 @@ The expected variables come from the project's one site loader
 (:func:`torchmpi.site.load`, which reports file, line and key) and the one
 function every consumer reads (:func:`torchmpi.runtime.environment`), so the
 doctor cannot drift from runtime.sh and the modules.  The site module needs
-jsonschema and PyYAML, which a compute node with only py-torch-mpi may lack:
-it is imported only for ``--site``, and its absence is reported, not raised.
+jsonschema, ruamel.yaml and archspec, which a compute node with only py-torch-mpi
+may lack: it is imported only for ``--site``, and every one absent is reported
+(not raised), whichever the loader happens to import first.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,18 +31,42 @@ class SiteExpectation:
     unavailable: str = ""  # why the site could not be read here (missing module)
 
 
+#: The site loader's third-party modules (import name: pip name); PyYAML is
+#: py-torchmpi's own run dependency and so always at hand.
+SITE_MODULES = {"jsonschema": "jsonschema", "ruamel.yaml": "ruamel.yaml",
+                "archspec.cpu": "archspec"}
+
+
+def missing_site_modules() -> list[str]:
+    """The pip names of the site loader's modules this Python cannot import."""
+    missing = []
+    for module, pip_name in SITE_MODULES.items():
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(pip_name)
+    return missing
+
+
+def _unavailable(missing: list[str]) -> str:
+    names = ", ".join(f"'{name}'" for name in missing)
+    plural = "s" if len(missing) > 1 else ""
+    return (f"reading site files needs the Python module{plural} {names}, not installed here "
+            f"(pip install {' '.join(missing)}, or run the doctor where `torchmpi sites` works)")
+
+
 def load_expectation(name_or_path: str) -> SiteExpectation:
     """Load a site with the project's loader; a missing dependency is a finding, bad input raises.
 
     Raises :class:`torchmpi.errors.UserError` (file, line, key) for a bad site file.
     """
+    missing = missing_site_modules()
+    if missing:
+        return SiteExpectation(name_or_path, unavailable=_unavailable(missing))
     try:
         from torchmpi import site as site_files
-    except ModuleNotFoundError as err:
-        missing = (err.name or "?").split(".")[0]
-        return SiteExpectation(name_or_path, unavailable=(
-            f"reading site files needs the Python module '{missing}', not installed here "
-            f"(pip install {missing}, or run the doctor where `torchmpi sites` works)"))
+    except ModuleNotFoundError as err:  # a module SITE_MODULES does not list yet
+        return SiteExpectation(name_or_path, unavailable=_unavailable([err.name or "?"]))
     from torchmpi import paths
 
     # The rules about what Spack builds (vouched pairs, torch releases, CUDA ranges)
