@@ -269,18 +269,20 @@ def test_wheel_ships_schema_and_fabric_data(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
                     str(target), *map(str, wheels.glob("*.whl"))], check=True,
                    capture_output=True)
-    code = ("import sys, torchmpi, torchmpi.runtime as r, torchmpi.site as s\n"
+    code = ("import sys, torchmpi, torchmpi.runtime as r, torchmpi.checks.schema as s\n"
             "assert torchmpi.__file__.startswith(sys.argv[1]), torchmpi.__file__\n"
             "print(dict(r.fabric_defaults('slingshot')[1])['NCCL_NET'])\n"
-            "print('compilers' in s._schema()['properties'])\n"
+            "print('compilers' in s.site_schema()['properties'])\n"
             "import torchmpi.reframe as f\n"
-            "print((f.library_dir() / 'torchmpi_checks.py').is_file())\n")
+            "print((f.library_dir() / 'torchmpi_checks.py').is_file())\n"
+            "import torchmpi.gpuvendor as g\n"
+            "print(g.gtl('amd'))\n")
     env = {k: v for k, v in os.environ.items() if k not in ("TORCHMPI_ROOT", "PYTHONPATH")}
     env["PYTHONPATH"] = str(target)
     proc = subprocess.run([sys.executable, "-c", code, str(target)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split("\n")[:3] == ["AWS Libfabric", "True", "True"]
+    assert proc.stdout.split("\n")[:4] == ["AWS Libfabric", "True", "True", "libmpi_gtl_hsa"]
 
 
 def test_check_on_a_never_rendered_environment_says_so(tmp_path: Path, capsys) -> None:
