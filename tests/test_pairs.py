@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support.sites import edited_site
-from torchmpi import pairs, spackenv
+from torchmpi import gpuvendor, pairs, spackenv
 from torchmpi import site as sitemod
 from torchmpi.checks import network
 from torchmpi.errors import UserError
@@ -124,18 +124,29 @@ def test_nccl_pinned_alone_gets_its_slingshot_run_plugin(tmp_path: Path) -> None
 
 
 def test_shipped_slingshot_sites_render_a_vouched_pair() -> None:
+    """An NVIDIA site pins an NCCL/plugin pair of VOUCHED_PAIRS; an AMD site has no nccl
+    (RCCL is its ROCm's release) and pins the plugin vouched with that ROCm."""
     vouched = {(p.nccl, p.plugin) for p in pairs.vouched()}
+    rccl_vouched = {(rocm, plugin) for rocm, plugin, _ in gpuvendor.vouched_rocm()}
+    amd_sites = 0
     for name in sitemod.available():
         site = sitemod.load(name)
         if site.data["fabric"] != "slingshot":
             continue
         text = (ROOT / "environments" / name / "packages.yaml").read_text()
         pkgs = yaml.safe_load(text)["packages"]
+        if site.gpu_vendor == "amd":
+            amd_sites += 1
+            assert "nccl" not in pkgs, name
+            pair = (site.rocm["version"], pkgs["aws-ofi-nccl"]["require"][0].lstrip("@"))
+            assert pair in rccl_vouched, (name, pair)
+            continue
         pair = (pkgs["nccl"]["require"][0].lstrip("@"),
                 pkgs["aws-ofi-nccl"]["require"][0].lstrip("@"))
         assert pair in vouched, (name, pair)
         if not site.data.get("nccl"):
             assert pair in _slingshot_run(), (name, pair)
+    assert amd_sites, "no AMD Slingshot site shipped: the RCCL branch above is untested"
 
 
 def test_every_label_names_the_libfabric_the_pair_ran_with() -> None:
