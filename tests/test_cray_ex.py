@@ -20,11 +20,6 @@ def gpu(tmp_path_factory) -> cray_ex.Node:
     return cray_ex.build(tmp_path_factory.mktemp("gpu"), "gpu")
 
 
-def _readelf(*args: str) -> str:
-    return subprocess.run(["readelf", "-W", *args], check=True, capture_output=True,
-                          text=True).stdout
-
-
 def test_every_entry_cites_its_source() -> None:
     """An entry without ``source`` is a stand-in nobody can check against the record."""
     data = cray_ex.manifest()
@@ -35,17 +30,7 @@ def test_every_entry_cites_its_source() -> None:
 
 def test_built_libraries_match_the_manifest(gpu) -> None:
     """SONAME, NEEDED (in order), RUNPATH as laid out; every NEEDED resolves on the node."""
-    for key, entry in gpu.libraries.items():
-        if not gpu.has(key):  # another node type's (ROCm: tests/test_gtl_hsa.py)
-            continue
-        dyn = _readelf("-d", str(gpu.path(key)))
-        assert re.search(rf"soname: \[{re.escape(cray_ex.soname(entry))}\]", dyn), key
-        needed = [n for n in re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", dyn)
-                  if not n.startswith("libc.so")]
-        assert needed == entry.get("needed", []), (key, needed)
-        runpath = re.findall(r"\(RUNPATH\)\s+Library runpath: \[(.+?)\]", dyn)
-        want = [":".join(str(gpu.at(d)) for d in entry.get("runpath", []))]
-        assert runpath == (want if entry.get("runpath") else []), (key, runpath)
+    cray_ex.assert_libraries_match_manifest(gpu)  # ROCm's entries: tests/test_gtl_hsa.py
     ldd = subprocess.run(["ldd", str(gpu.path("libmpi"))], env=gpu.env(), check=True,
                          capture_output=True, text=True).stdout
     assert "not found" not in ldd, ldd
@@ -58,7 +43,7 @@ def test_gtl_forms_leave_undefined_what_the_record_shows(gpu) -> None:
     """8.1.21: C++ runtime undefined, no libstdc++ NEEDED; 8.1.27: CUDA runtime and
     driver undefined, nothing CUDA NEEDED; 8.1.30: cudart symbols versioned
     ``@libcudart.so.12`` (NEEDED), the driver's unversioned."""
-    syms = {form: _readelf("--dyn-syms", str(gpu.path(f"gtl-{form}")))
+    syms = {form: cray_ex.readelf("--dyn-syms", str(gpu.path(f"gtl-{form}")))
             for form in ("8.1.21", "8.1.27", "8.1.30")}
     undef = {form: set(re.findall(r"UND (\S+)$", text, re.MULTILINE))
              for form, text in syms.items()}
@@ -68,7 +53,7 @@ def test_gtl_forms_leave_undefined_what_the_record_shows(gpu) -> None:
         s.startswith("cudaFree@libcudart.so.12") for s in undef["8.1.30"]), syms["8.1.30"]
     assert "cuCtxEnablePeerAccess" in undef["8.1.30"]
     for form in undef:
-        dyn = _readelf("-d", str(gpu.path(f"gtl-{form}")))
+        dyn = cray_ex.readelf("-d", str(gpu.path(f"gtl-{form}")))
         assert "libstdc++" not in dyn, form
 
 

@@ -13,7 +13,6 @@ loaded the way Python loads an extension (``RTLD_NOW``, local).
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import subprocess
@@ -21,17 +20,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import ROOT, cray_ex
+from support import cray_ex, gtl_preload
 
-PRELOAD_FILE = ROOT / "spack_repo/torchmpi/packages/py_torch/gtl_preload.py"
 FORMS = ("8.1.4", "8.1.23", "8.1.31")
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("gtl_preload_hsa", PRELOAD_FILE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -41,31 +32,17 @@ def nodes(tmp_path_factory) -> dict[str, cray_ex.Node]:
     out = {}
     for kind in ("amd-gpu", "gpu", "login"):
         node = cray_ex.build(tmp_path_factory.mktemp(kind), kind)
-        lib = node.root / "torchmpi-test" / "torch"
+        lib = node.root / gtl_preload.TORCH_DIR
         lib.mkdir(parents=True)
-        src = lib / "torch.c"
-        src.write_text("extern int MPI_Init(void *, void *);\n"
-                       "int torch_mpi_init(void) { return MPI_Init(0, 0); }\n")
-        mpi = node.path("libmpi").parent
-        cray_ex._cc("-shared", "-fPIC", "-o", str(lib / "libtorch.so"), str(src), f"-L{mpi}",
-                    f"-Wl,--enable-new-dtags,-rpath,{mpi}", "-l:libmpi.so.12")
+        gtl_preload.libtorch(node, lib, "libtorch.so")
         out[kind] = node
     return out
 
 
 def _package(tmp: Path, node: cray_ex.Node, gtl: Path | None, **record) -> Path:
-    """A stand-in ``torch`` whose __init__ loads libtorch as an extension would; with
-    ``gtl``, the preload installed as the py-torch package installs it."""
-    pkg = tmp / "site" / "torch"
-    pkg.mkdir(parents=True)
-    libtorch = node.root / "torchmpi-test" / "torch" / "libtorch.so"
-    (pkg / "__init__.py").write_text(
-        '"""stand-in torch"""\nimport ctypes, sys\n'
-        f"_C = ctypes.CDLL({str(libtorch)!r}, mode=sys.getdlopenflags())\n"
-        "def init():\n    return _C.torch_mpi_init()\n")
-    if gtl is not None:
-        _module().add_to_package(str(pkg), "torch", str(gtl), **record)
-    return tmp / "site"
+    """The stand-in ``torch`` over the node's libtorch; with ``gtl``, the preload
+    installed as the py-torch package installs it."""
+    return gtl_preload.torch_package(tmp, gtl_preload.plain_libtorch(node), gtl, **record)
 
 
 def _recorded(node: cray_ex.Node) -> dict:
@@ -74,20 +51,7 @@ def _recorded(node: cray_ex.Node) -> dict:
     ROCm, /opt/rocm-6.2.0, one prefix for both)."""
     rocm = str(node.at("/opt/rocm-6.2.0"))
     return {"vendor": "hsa",
-            "needs": tuple(_module().build_needs(shutil.which("g++"), None, (rocm,)))}
-
-
-def _run(site: Path, node: cray_ex.Node, switch: str, modules: tuple[str, ...] = ()
-         ) -> subprocess.CompletedProcess:
-    env = node.env(modules=modules, PYTHONPATH=str(site), MPICH_GPU_SUPPORT_ENABLED=switch)
-    code = "import sys, torch\nprint('imported')\nsys.exit(torch.init())\n"
-    return subprocess.run([sys.executable, "-c", code], check=False, env=env,
-                          capture_output=True, text=True, timeout=60)
-
-
-def _readelf(*args: str) -> str:
-    return subprocess.run(["readelf", "-W", *args], check=True, capture_output=True,
-                          text=True).stdout
+            "needs": tuple(gtl_preload.load().build_needs(shutil.which("g++"), None, (rocm,)))}
 
 
 def test_hsa_forms_and_rocm_runtimes_are_what_the_record_shows(nodes) -> None:
@@ -98,35 +62,24 @@ def test_hsa_forms_and_rocm_runtimes_are_what_the_record_shows(nodes) -> None:
 
     def needed(key: str) -> list[str]:
         return [n for n in re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]",
-                                      _readelf("-d", str(node.path(key))))
+                                      cray_ex.readelf("-d", str(node.path(key))))
                 if not n.startswith("libc.so")]
 
-    undefined = set(re.findall(r"UND (\S+)$", _readelf("--dyn-syms", str(
+    undefined = set(re.findall(r"UND (\S+)$", cray_ex.readelf("--dyn-syms", str(
         node.path("gtl-hsa-8.1.4"))), re.MULTILINE))
     assert "hsa_amd_memory_pool_allocate" in undefined and needed("gtl-hsa-8.1.4") == []
     assert needed("gtl-hsa-8.1.23") == [] and not [
-        s for s in re.findall(r"UND (\S+)$", _readelf("--dyn-syms", str(
+        s for s in re.findall(r"UND (\S+)$", cray_ex.readelf("--dyn-syms", str(
             node.path("gtl-hsa-8.1.23"))), re.MULTILINE) if s.startswith(("hsa", "hip"))]
     assert needed("gtl-hsa-8.1.31") == ["libamdhip64.so.6"]
     assert needed("libamdhip64") == ["libhsa-runtime64.so.1"]
-    assert "hsa_amd_vmem_address_reserve@ROCR_1" in _readelf("--dyn-syms", str(
+    assert "hsa_amd_vmem_address_reserve@ROCR_1" in cray_ex.readelf("--dyn-syms", str(
         node.path("libamdhip64")))
 
 
 def test_amd_node_libraries_match_the_manifest(nodes) -> None:
     """SONAME, NEEDED (in order) and RUNPATH of every library the AMD node has."""
-    node = nodes["amd-gpu"]
-    for key, entry in node.libraries.items():
-        if not node.has(key):
-            continue
-        dyn = _readelf("-d", str(node.path(key)))
-        assert re.search(rf"soname: \[{re.escape(cray_ex.soname(entry))}\]", dyn), key
-        needed = [n for n in re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", dyn)
-                  if not n.startswith("libc.so")]
-        assert needed == entry.get("needed", []), (key, needed)
-        runpath = re.findall(r"\(RUNPATH\)\s+Library runpath: \[(.+?)\]", dyn)
-        want = [":".join(str(node.at(d)) for d in entry.get("runpath", []))]
-        assert runpath == (want if entry.get("runpath") else []), (key, runpath)
+    cray_ex.assert_libraries_match_manifest(nodes["amd-gpu"])
 
 
 @pytest.mark.parametrize(("kind", "other", "soname"), [
@@ -162,9 +115,9 @@ def test_each_hsa_form_loads_on_an_amd_gpu_node(nodes, tmp_path, form, modules) 
     ``import torch`` works and MPI_Init with MPICH_GPU_SUPPORT_ENABLED=1 finds GTL."""
     node = nodes["amd-gpu"]
     site = _package(tmp_path, node, node.path(f"gtl-hsa-{form}"), **_recorded(node))
-    proc = _run(site, node, "1", modules)
+    proc = gtl_preload.run(site, node, "1", modules)
     assert proc.returncode == 0 and "imported" in proc.stdout, proc.stderr
-    plain = _run(_package(tmp_path / "plain", node, None), node, "1", modules)
+    plain = gtl_preload.run(_package(tmp_path / "plain", node, None), node, "1", modules)
     assert plain.returncode == 1 and "GTL library is not linked" in plain.stderr
 
 
@@ -177,9 +130,9 @@ def test_without_rocm_torch_imports_and_mpi_init_says_why(nodes, tmp_path, form,
     node = nodes[kind]
     site = _package(tmp_path, node, node.at(f"/opt/cray/pe/mpich/{form}/gtl/lib/"
                                             "libmpi_gtl_hsa.so.0"), **_recorded(node))
-    off = _run(site, node, "0")
+    off = gtl_preload.run(site, node, "0")
     assert off.returncode == 0 and "imported" in off.stdout, off.stderr
-    on = _run(site, node, "1")
+    on = gtl_preload.run(site, node, "1")
     assert "imported" in on.stdout and on.returncode == 1
     assert "GTL library is not linked" in on.stderr, on.stderr
 
@@ -191,10 +144,10 @@ def test_the_preload_follows_the_recorded_vendor(nodes, tmp_path) -> None:
     node = nodes["amd-gpu"]
     gtl = node.path("gtl-hsa-8.1.31")
     record = _recorded(node)
-    wrong = _run(_package(tmp_path / "cuda", node, gtl, needs=record["needs"], vendor="cuda"),
-                 node, "1")
+    wrong = gtl_preload.run(_package(tmp_path / "cuda", node, gtl, needs=record["needs"],
+                                     vendor="cuda"), node, "1")
     assert wrong.returncode == 1 and "GTL library is not linked" in wrong.stderr, wrong.stderr
-    right = _run(_package(tmp_path / "hsa", node, gtl, **record), node, "1")
+    right = gtl_preload.run(_package(tmp_path / "hsa", node, gtl, **record), node, "1")
     assert right.returncode == 0, right.stderr
 
 
@@ -206,7 +159,7 @@ def test_a_gtl_that_cannot_load_names_the_library(nodes, tmp_path) -> None:
     hsa = str(node.path("libhsa-runtime64"))
     site = _package(tmp_path, node, node.path("gtl-hsa-8.1.31"), vendor="hsa",
                     needs=(hsa, "/gone/libamdhip64.so.6"))
-    proc = _run(site, node, "1")
+    proc = gtl_preload.run(site, node, "1")
     assert proc.returncode != 0 and "imported" not in proc.stdout
     assert "the ROCm (HSA) runtime is here but Cray's GTL" in proc.stderr, proc.stderr
     assert ("GTL NEEDs libamdhip64.so.6, which is not on this node's library path"
@@ -221,7 +174,7 @@ def test_an_undefined_hsa_symbol_is_named_with_its_library(nodes) -> None:
     symbol and the library that provides it."""
     node = nodes["amd-gpu"]
     code = ("import importlib.util, sys\n"
-            f"spec = importlib.util.spec_from_file_location('p', {str(PRELOAD_FILE)!r})\n"
+            f"spec = importlib.util.spec_from_file_location('p', {str(gtl_preload.PATH)!r})\n"
             "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
             "try:\n"
             f"    m.preload({str(node.path('gtl-hsa-8.1.4'))!r}, driver='libc.so.6', needs=(),"
@@ -244,7 +197,7 @@ def test_build_needs_records_the_hsa_and_hip_runtimes(nodes) -> None:
     assert [Path(n).name for n in needs] == [
         "libstdc++.so.6", "libhsa-runtime64.so.1", "libamdhip64.so.6"], needs
     assert needs[1:] == (str(node.path("libhsa-runtime64")), str(node.path("libamdhip64")))
-    text = _module().render("/x/libmpi_gtl_hsa.so", needs, "hsa")
+    text = gtl_preload.load().render("/x/libmpi_gtl_hsa.so", needs, "hsa")
     assert f"\nNEEDS: tuple = {needs!r}\n" in text and "\nVENDOR = 'hsa'\n" in text
 
 
@@ -252,7 +205,7 @@ def test_the_vendor_is_read_from_the_gtl_the_build_linked() -> None:
     """``vendor_of`` is what the package records: cray-mpich's gtl_lib gives
     libmpi_gtl_cuda for +cuda and libmpi_gtl_hsa for +rocm; anything else is refused
     (the install stops) rather than recorded as one of them."""
-    module = _module()
+    module = gtl_preload.load()
     assert module.vendor_of("/opt/cray/pe/mpich/8.1.31/gtl/lib/libmpi_gtl_hsa.so") == "hsa"
     assert module.vendor_of("/opt/cray/pe/mpich/8.1.30/gtl/lib/libmpi_gtl_cuda.so.0") == "cuda"
     for bad in ("/x/libmpi_gtl_ze.so", "/x/libmpi.so.12"):

@@ -13,7 +13,6 @@ conclusions.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -22,29 +21,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import ROOT, cray_ex
+from support import ROOT, cray_ex, gtl_preload
 
-PRELOAD_FILE = ROOT / "spack_repo/torchmpi/packages/py_torch/gtl_preload.py"
 FORMS = ("8.1.21", "8.1.27", "8.1.30")
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("gtl_preload", PRELOAD_FILE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _torch(node: cray_ex.Node, out: Path, name: str, *link: str) -> Path:
-    """A libtorch stand-in that NEEDs (``link``, then) the node's libmpi.so.12, with
-    RUNPATHs to them as Spack links (``shared_linking: runpath``)."""
-    src = out / "torch.c"
-    src.write_text("extern int MPI_Init(void *, void *);\n"
-                   "int torch_mpi_init(void) { return MPI_Init(0, 0); }\n")
-    mpi = node.path("libmpi").parent
-    cray_ex._cc("-shared", "-fPIC", "-o", str(out / name), str(src), *link,
-                f"-L{mpi}", f"-Wl,--enable-new-dtags,-rpath,{mpi}", "-l:libmpi.so.12")
-    return out / name
 
 
 @pytest.fixture(scope="module")
@@ -54,37 +33,23 @@ def nodes(tmp_path_factory) -> dict[str, cray_ex.Node]:
     out = {}
     for kind in ("gpu", "login"):
         node = cray_ex.build(tmp_path_factory.mktemp(kind), kind)
-        lib = node.root / "torchmpi-test" / "torch"
+        lib = node.root / gtl_preload.TORCH_DIR
         lib.mkdir(parents=True)
-        _torch(node, lib, "libtorch.so")
+        gtl_preload.libtorch(node, lib, "libtorch.so")
         for form in FORMS:
             gtl = node.path(f"gtl-{form}").parent
             # py-torch's link before: cray_gtl_link_tokens = -L, -Wl,-rpath, --no-as-needed, -l.
-            _torch(node, lib, f"libtorch-gtl-{form}.so", f"-L{gtl}", f"-Wl,-rpath,{gtl}",
-                   "-Wl,--no-as-needed", "-lmpi_gtl_cuda")
+            gtl_preload.libtorch(node, lib, f"libtorch-gtl-{form}.so", f"-L{gtl}",
+                                 f"-Wl,-rpath,{gtl}", "-Wl,--no-as-needed", "-lmpi_gtl_cuda")
         out[kind] = node
     return out
-
-
-def _package(tmp: Path, libtorch: Path, gtl: Path | None, **record) -> Path:
-    """A stand-in ``torch`` package whose __init__ loads ``libtorch`` as an extension
-    would; with ``gtl``, installed the way the package installs the preload."""
-    pkg = tmp / "site" / "torch"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text(
-        '"""stand-in torch"""\nfrom __future__ import annotations\n\nimport ctypes, os, sys\n'
-        f"_C = ctypes.CDLL({str(libtorch)!r}, mode=sys.getdlopenflags())\n"
-        "def init():\n    return _C.torch_mpi_init()\n")
-    if gtl is not None:
-        _module().add_to_package(str(pkg), "torch", str(gtl), **record)
-    return tmp / "site"
 
 
 def _recorded(node: cray_ex.Node) -> dict:
     """What the package records at install (``gtl_preload.build_needs``): this host's
     g++ runtime and the node's CUDA (the build's cuda prefix)."""
     cuda = node.path("libcudart").parent.parent
-    return {"needs": tuple(_module().build_needs(shutil.which("g++"), str(cuda)))}
+    return {"needs": tuple(gtl_preload.load().build_needs(shutil.which("g++"), str(cuda)))}
 
 
 def _mpi4py(tmp: Path, libmpi4py: Path, gtl: Path | None, **record) -> Path:
@@ -98,16 +63,8 @@ def _mpi4py(tmp: Path, libmpi4py: Path, gtl: Path | None, **record) -> Path:
         f"_C = ctypes.CDLL({str(libmpi4py)!r}, mode=sys.getdlopenflags())\n"
         "if _C.torch_mpi_init():\n    raise SystemExit('MPI_Init failed')\n")
     if gtl is not None:
-        _module().add_to_package(str(pkg), "mpi4py", str(gtl), **record)
+        gtl_preload.load().add_to_package(str(pkg), "mpi4py", str(gtl), **record)
     return tmp / "site"
-
-
-def _run(site: Path, node: cray_ex.Node, gpu_switch: str,
-         modules: tuple[str, ...] = (), code: str = "") -> subprocess.CompletedProcess:
-    env = node.env(modules=modules, PYTHONPATH=str(site), MPICH_GPU_SUPPORT_ENABLED=gpu_switch)
-    code = code or "import sys, torch\nprint('imported')\nsys.exit(torch.init())\n"
-    return subprocess.run([sys.executable, "-c", code], check=False, env=env,
-                          capture_output=True, text=True, timeout=60)
 
 
 def test_a_login_node_hides_a_host_driver(nodes, tmp_path) -> None:
@@ -133,9 +90,9 @@ def test_torch_that_needs_gtl_does_not_import_without_a_driver(nodes, tmp_path, 
     """Why GTL is not linked any more: with it NEEDED, the import fails on a
     node without libcuda.so.1, whichever form the GTL has."""
     node = nodes["login"]
-    site = _package(tmp_path, node.root / "torchmpi-test/torch" / f"libtorch-gtl-{form}.so",
-                    gtl=None)
-    proc = _run(site, node, gpu_switch="0", modules=("cudatoolkit",))
+    site = gtl_preload.torch_package(
+        tmp_path, node.root / gtl_preload.TORCH_DIR / f"libtorch-gtl-{form}.so", gtl=None)
+    proc = gtl_preload.run(site, node, gpu_switch="0", modules=("cudatoolkit",))
     assert proc.returncode != 0 and "imported" not in proc.stdout
     assert ("libcuda.so.1" in proc.stderr) if form == "8.1.21" else (
         "libmpi_gtl_cuda.so.0: undefined symbol: cu" in proc.stderr), proc.stderr
@@ -146,11 +103,11 @@ def test_without_a_driver_torch_imports_and_mpi_init_says_why(nodes, tmp_path, f
     """Login/build node: the preload loads nothing, torch imports, MPI_Init runs
     with GPU support off and refuses it, as Cray MPICH does, when asked."""
     node = nodes["login"]
-    site = _package(tmp_path, node.root / "torchmpi-test/torch/libtorch.so",
-                    node.path(f"gtl-{form}"), **_recorded(node))
-    off = _run(site, node, gpu_switch="0")
+    site = gtl_preload.torch_package(tmp_path, gtl_preload.plain_libtorch(node),
+                                     node.path(f"gtl-{form}"), **_recorded(node))
+    off = gtl_preload.run(site, node, gpu_switch="0")
     assert off.returncode == 0 and "imported" in off.stdout, off.stderr
-    on = _run(site, node, gpu_switch="1")
+    on = gtl_preload.run(site, node, gpu_switch="1")
     assert "imported" in on.stdout and on.returncode == 1
     assert "GTL library is not linked" in on.stderr, on.stderr
 
@@ -161,13 +118,13 @@ def test_with_a_driver_mpi_init_finds_gtl(nodes, tmp_path) -> None:
     finds it (a stand-in libmpi whose GTL reference is weak, bound when libmpi
     is loaded)."""
     node = nodes["gpu"]
-    libtorch = node.root / "torchmpi-test/torch/libtorch.so"
-    site = _package(tmp_path, libtorch, node.path("gtl-8.1.30"))
-    proc = _run(site, node, gpu_switch="1", modules=("cudatoolkit",))
+    libtorch = gtl_preload.plain_libtorch(node)
+    site = gtl_preload.torch_package(tmp_path, libtorch, node.path("gtl-8.1.30"))
+    proc = gtl_preload.run(site, node, gpu_switch="1", modules=("cudatoolkit",))
     assert proc.returncode == 0 and "imported" in proc.stdout, proc.stderr
     # Without the preload, the same node fails: the test can tell the difference.
-    plain = _run(_package(tmp_path / "plain", libtorch, gtl=None), node, gpu_switch="1",
-                 modules=("cudatoolkit",))
+    plain = gtl_preload.run(gtl_preload.torch_package(tmp_path / "plain", libtorch, gtl=None),
+                            node, gpu_switch="1", modules=("cudatoolkit",))
     assert plain.returncode == 1 and "GTL library is not linked" in plain.stderr
 
 
@@ -178,9 +135,9 @@ def test_each_gtl_form_loads_on_a_gpu_node(nodes, tmp_path, form) -> None:
     ``import torch`` works and MPI_Init with MPICH_GPU_SUPPORT_ENABLED=1 finds GTL
     (the old preload refused 8.1.21's form, "undefined symbol: _ZNSt13runtime_errorD1Ev")."""
     node = nodes["gpu"]
-    site = _package(tmp_path, node.root / "torchmpi-test/torch/libtorch.so",
-                    node.path(f"gtl-{form}"), **_recorded(node))
-    proc = _run(site, node, gpu_switch="1")
+    site = gtl_preload.torch_package(tmp_path, gtl_preload.plain_libtorch(node),
+                                     node.path(f"gtl-{form}"), **_recorded(node))
+    proc = gtl_preload.run(site, node, gpu_switch="1")
     assert proc.returncode == 0 and "imported" in proc.stdout, proc.stderr
 
 
@@ -193,9 +150,9 @@ def test_mpi4py_first_finds_gtl_on_a_gpu_node_and_imports_without_a_driver(
     code = "from mpi4py import MPI\nprint('imported')\n"
     for kind, switch, ok in (("gpu", "1", True), ("login", "0", True), ("login", "1", False)):
         node = nodes[kind]
-        site = _mpi4py(tmp_path / kind / switch, node.root / "torchmpi-test/torch/libtorch.so",
-                       node.path(f"gtl-{form}"), **_recorded(node))
-        proc = _run(site, node, gpu_switch=switch, code=code)
+        site = _mpi4py(tmp_path / kind / switch, gtl_preload.plain_libtorch(node),
+                                        node.path(f"gtl-{form}"), **_recorded(node))
+        proc = gtl_preload.run(site, node, gpu_switch=switch, code=code)
         if ok:
             assert proc.returncode == 0 and "imported" in proc.stdout, (kind, proc.stderr)
         else:
@@ -209,10 +166,10 @@ def test_gtl_that_cannot_load_names_the_symbol_and_its_library(nodes, tmp_path, 
     8.1.21's NEEDED cudart is found), or the NEEDED library not found (8.1.30
     without the module), and does not blame a missing cray-mpich."""
     node = nodes["gpu"]
-    site = _package(tmp_path, node.root / "torchmpi-test/torch/libtorch.so",
-                    node.path(f"gtl-{form}"), needs=("/gone/libstdc++.so.6",))
+    site = gtl_preload.torch_package(tmp_path, gtl_preload.plain_libtorch(node),
+                                     node.path(f"gtl-{form}"), needs=("/gone/libstdc++.so.6",))
     modules = () if form == "8.1.30" else ("cudatoolkit",)
-    proc = _run(site, node, gpu_switch="1", modules=modules)
+    proc = gtl_preload.run(site, node, gpu_switch="1", modules=modules)
     assert proc.returncode != 0 and "imported" not in proc.stdout
     assert "/gone/libstdc++.so.6 did not load" in proc.stderr
     assert "still installed" not in proc.stderr
@@ -234,7 +191,7 @@ def test_build_needs_records_the_runtimes(nodes) -> None:
     needs = _recorded(node)["needs"]
     assert len(needs) == 2 and Path(needs[0]).name == "libstdc++.so.6", needs
     assert Path(needs[0]).is_file() and needs[1] == str(node.path("libcudart")), needs
-    text = _module().render("/x/libmpi_gtl_cuda.so", needs)
+    text = gtl_preload.load().render("/x/libmpi_gtl_cuda.so", needs)
     assert f"\nNEEDS: tuple = {needs!r}\n" in text
 
 
@@ -248,7 +205,7 @@ def test_a_runtime_already_loaded_is_not_loaded_twice(nodes, tmp_path) -> None:
     code = (
         "import ctypes, importlib.util, sys\n"
         f"ctypes.CDLL({str(other)!r})\n"  # local, as an extension's dependency would be
-        f"spec = importlib.util.spec_from_file_location('p', {str(PRELOAD_FILE)!r})\n"
+        f"spec = importlib.util.spec_from_file_location('p', {str(gtl_preload.PATH)!r})\n"
         "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
         f"m.preload({str(node.path('gtl-8.1.27'))!r}, needs={_recorded(node)['needs']!r})\n"
         "maps = {l.split()[-1] for l in open('/proc/self/maps') if 'libcudart' in l}\n"
@@ -263,9 +220,9 @@ def test_a_driver_without_gtl_is_an_import_error(nodes, tmp_path) -> None:
     """GPU node whose GTL went away (cray-mpich removed): a clear import error
     naming the file, not an MPI_Init abort later."""
     node = nodes["gpu"]
-    site = _package(tmp_path, node.root / "torchmpi-test/torch/libtorch.so",
-                    tmp_path / "gone" / "libgtl.so")
-    proc = _run(site, node, gpu_switch="1")
+    site = gtl_preload.torch_package(tmp_path, gtl_preload.plain_libtorch(node),
+                                     tmp_path / "gone" / "libgtl.so")
+    proc = gtl_preload.run(site, node, gpu_switch="1")
     assert proc.returncode != 0 and "does not load" in proc.stderr, proc.stderr
     assert str(tmp_path / "gone" / "libgtl.so") in proc.stderr
 
@@ -274,7 +231,7 @@ def test_preload_import_goes_after_docstring_and_future(tmp_path) -> None:
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text('"""doc"""\nfrom __future__ import annotations\nX = 1\n')
-    mod = _module()
+    mod = gtl_preload.load()
     mod.add_to_package(str(pkg), "pkg", "/x/libmpi_gtl_cuda.so")
     mod.add_to_package(str(pkg), "pkg", "/x/libmpi_gtl_cuda.so")  # idempotent
     lines = (pkg / "__init__.py").read_text().splitlines()
@@ -291,5 +248,5 @@ def test_preload_digest_is_recorded_in_the_package() -> None:
     package = (ROOT / "spack_repo/torchmpi/packages/py_torch/package.py").read_text()
     recorded = re.search(r'^GTL_PRELOAD_SHA256 = "([0-9a-f]{64})"$', package, re.MULTILINE)
     assert recorded, "GTL_PRELOAD_SHA256 missing from py_torch/package.py"
-    assert recorded.group(1) == hashlib.sha256(PRELOAD_FILE.read_bytes()).hexdigest(), (
+    assert recorded.group(1) == hashlib.sha256(gtl_preload.PATH.read_bytes()).hexdigest(), (
         "gtl_preload.py changed: update GTL_PRELOAD_SHA256 in py_torch/package.py")

@@ -11,6 +11,7 @@ Fixtures stay in ``conftest.py``; helpers live here:
 * ``mpi_launch``: real multi-process jobs and the planted wrong all-reduce;
 * ``podman_kit``: real podman with the cached probe image and stub libraries;
 * ``cray_ex``: the Cray EX node stand-in built with gcc;
+* ``gtl_preload``: py-torch's GTL preload, loaded by path, and the stand-in torch it goes in;
 * ``patcher``: py-torch's patcher of PyTorch's MPI backend, loaded by path;
 * ``doctor_inputs``: hand-built doctor inputs.
 """

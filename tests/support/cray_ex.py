@@ -20,6 +20,7 @@ driver, an NVIDIA or login node ROCm's HSA and HIP runtimes.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -229,3 +230,25 @@ def spack_external(node: Node) -> Path:
         lib.unlink()
     lib.symlink_to(os.path.relpath(node.path("libmpi"), lib.parent))
     return prefix
+
+
+def readelf(*args: str) -> str:
+    """``readelf -W`` (binutils, not the builder): how the tests read the stand-ins back."""
+    return subprocess.run(["readelf", "-W", *args], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def assert_libraries_match_manifest(node: Node) -> None:
+    """SONAME, NEEDED (in order) and RUNPATH of every library ``node`` has, read back
+    with :func:`readelf`, are the manifest's; another node type's entries are skipped."""
+    for key, entry in node.libraries.items():
+        if not node.has(key):
+            continue
+        dyn = readelf("-d", str(node.path(key)))
+        assert re.search(rf"soname: \[{re.escape(soname(entry))}\]", dyn), key
+        needed = [n for n in re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", dyn)
+                  if not n.startswith("libc.so")]
+        assert needed == entry.get("needed", []), (key, needed)
+        runpath = re.findall(r"\(RUNPATH\)\s+Library runpath: \[(.+?)\]", dyn)
+        want = [":".join(str(node.at(d)) for d in entry.get("runpath", []))]
+        assert runpath == (want if entry.get("runpath") else []), (key, runpath)
