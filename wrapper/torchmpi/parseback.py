@@ -30,30 +30,30 @@ from torchmpi.errors import InternalError
 _NOTHING = "nothing was written (a torchmpi bug, please report it)"
 
 
-def yaml_text(text: str, expected: Any, name: str) -> None:
-    """The text must be YAML and, unless ``expected`` is None, load to exactly it."""
+def _loads_back(text: str, expected: Any, name: str, loads: Callable[[str], Any],
+                error: type[Exception], unparsed: str) -> None:
+    """``loads`` must read the text (``error`` otherwise: "the rendered ``unparsed``")
+    and, unless ``expected`` is None, give exactly it: YAML and TOML alike."""
     try:
-        parsed = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise InternalError(f"{name}: the rendered text is not valid YAML ({err}); {_NOTHING}"
-                            ) from None
+        parsed = loads(text)
+    except error as err:
+        raise InternalError(f"{name}: the rendered {unparsed} ({err}); {_NOTHING}") from None
     if expected is not None and parsed != expected:
         raise InternalError(f"{name}: the rendered text does not load back to the data it was"
                             f" built from; {_NOTHING}")
+
+
+def yaml_text(text: str, expected: Any, name: str) -> None:
+    """The text must be YAML and, unless ``expected`` is None, load to exactly it."""
+    _loads_back(text, expected, name, yaml.safe_load, yaml.YAMLError, "text is not valid YAML")
 
 
 def toml_text(text: str, expected: Any, name: str) -> None:
     """The text must be TOML (:mod:`tomllib`, as CE reads an EDF) and load to ``expected``."""
     import tomllib
 
-    try:
-        parsed = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise InternalError(f"{name}: the rendered TOML does not parse ({err}); {_NOTHING}"
-                            ) from None
-    if expected is not None and parsed != expected:
-        raise InternalError(f"{name}: the rendered TOML does not load back to its data;"
-                            f" {_NOTHING}")
+    _loads_back(text, expected, name, tomllib.loads, tomllib.TOMLDecodeError,
+                "TOML does not parse")
 
 
 def shell_text(text: str, expected: Any, name: str) -> None:
