@@ -27,17 +27,8 @@ LOGS = ROOT / "tests" / "fixtures" / "nccl-logs"
 #: ``amd-smi static --asic --driver`` on a node with two GCDs of an MI250X, in the
 #: shape ROCm/rocm-systems#2987 records (a ``GPU: <n>`` block, ASIC then DRIVER;
 #: MI250X's market name as rocminfo prints it, ROCm/rocm_smi_lib#160).
-AMD_SMI = """\
-GPU: 0
-    ASIC:
-        MARKET_NAME: AMD Instinct MI250X/MI250
-        VENDOR_ID: 0x1002
-        TARGET_GRAPHICS_VERSION: gfx90a
-    DRIVER:
-        NAME: amdgpu
-        VERSION: 6.8.5
-
-GPU: 1
+_AMD_SMI_GPU = """\
+GPU: {n}
     ASIC:
         MARKET_NAME: AMD Instinct MI250X/MI250
         VENDOR_ID: 0x1002
@@ -46,6 +37,7 @@ GPU: 1
         NAME: amdgpu
         VERSION: 6.8.5
 """
+AMD_SMI = "\n".join(_AMD_SMI_GPU.format(n=n) for n in (0, 1))
 #: ``rocm-smi --showproductname``: every line of a GPU starts ``GPU[<n>]``
 #: (ROCm/legacy-rocm-build#1886); the card series as wandb/wandb#5449 records it.
 ROCM_SMI = """\
