@@ -59,6 +59,26 @@ def test_user_cache(monkeypatch) -> None:
     assert paths.user_cache() == Path("/u")
 
 
+def test_package_constant_reads_the_literal_without_spack(tmp_path, monkeypatch) -> None:
+    """A top-level literal of a torchmpi package.py, read without importing it (it
+    imports Spack); a missing name or file is a LookupError or OSError, not ``None``."""
+    pkg = tmp_path / "spack_repo" / "torchmpi" / "packages" / "demo"
+    pkg.mkdir(parents=True)
+    (pkg / "package.py").write_text(
+        "from spack.package import *\nX: int = 0\nclass Demo:\n    ROWS = ()\n"
+        "ROWS = (('a', 'b'),)\nY = Z = 1\n")
+    (tmp_path / "sites").mkdir()  # what makes TORCHMPI_ROOT a checkout (paths.root)
+    monkeypatch.setenv("TORCHMPI_ROOT", str(tmp_path))
+    assert paths.package_constant("demo", "ROWS") == (("a", "b"),)
+    assert paths.package_constant("demo", "Y") == 1
+    with pytest.raises(LookupError, match="no X"):  # annotated: not ``X = ...``
+        paths.package_constant("demo", "X")
+    with pytest.raises(LookupError, match="no Z"):  # only the first target is the name
+        paths.package_constant("demo", "Z")
+    with pytest.raises(OSError):
+        paths.package_constant("gone", "ROWS")
+
+
 def test_spackrun_and_fixture_use_the_resolver(spack) -> None:
     """The Spack the tests run is the one torchmpi concretize runs."""
     from torchmpi import spackrun

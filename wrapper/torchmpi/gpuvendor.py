@@ -139,16 +139,11 @@ def torch_rocm_problem(torch: str, rocm: str) -> str | None:
 @cache
 def vouched_rocm() -> tuple[tuple[str, str, str], ...]:
     """(ROCm/RCCL, plugin, who ran it) of ``VOUCHED_RCCL_PAIRS`` (nccl_ss11/package.py)."""
-    path = paths.torchmpi_repo() / "packages" / "nccl_ss11" / "package.py"
     try:
-        tree = ast.parse(path.read_text())
-    except OSError:
+        rows = paths.package_constant("nccl_ss11", "VOUCHED_RCCL_PAIRS")
+    except (OSError, LookupError):
         return ()
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == \
-                "VOUCHED_RCCL_PAIRS":
-            return tuple((r[0], r[1], r[4]) for r in ast.literal_eval(node.value))
-    return ()
+    return tuple((r[0], r[1], r[4]) for r in rows)
 
 
 def rccl_pair(rocm: str) -> tuple[str, str, str] | None:

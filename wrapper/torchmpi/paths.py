@@ -22,8 +22,10 @@ installed doctor) is package data and does not depend on the checkout.
 
 from __future__ import annotations
 
+import ast
 import os
 from pathlib import Path
+from typing import Any
 
 
 def root() -> Path:
@@ -50,6 +52,18 @@ def environments_dir() -> Path:
 
 def torchmpi_repo() -> Path:
     return root() / "spack_repo" / "torchmpi"
+
+
+def package_constant(package: str, name: str) -> Any:
+    """The literal ``name = ...`` at the top level of torchmpi's
+    ``packages/<package>/package.py``, read with :mod:`ast`: the file imports Spack,
+    and the wrapper reads its tables without it.  OSError where the file cannot be
+    read, LookupError where it has no such literal."""
+    path = torchmpi_repo() / "packages" / package / "package.py"
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == name:
+            return ast.literal_eval(node.value)
+    raise LookupError(f"{path}: no {name}")
 
 
 def pins() -> dict[str, str]:

@@ -18,7 +18,6 @@ allows, as before.  Read here without Spack, in milliseconds:
 
 from __future__ import annotations
 
-import ast
 import functools
 import re
 from typing import Any
@@ -112,16 +111,10 @@ def site_cuda(data: dict[str, Any]) -> str | None:
 @functools.cache
 def unverified() -> tuple[str, ...]:
     """``UNVERIFIED_TORCH`` of torchmpi's py-torch package (read with ast)."""
-    path = paths.torchmpi_repo() / "packages" / "py_torch" / "package.py"
     try:
-        tree = ast.parse(path.read_text())
-    except OSError:
+        return tuple(paths.package_constant("py_torch", "UNVERIFIED_TORCH"))
+    except (OSError, LookupError):
         return ()
-    for node in tree.body:
-        name = getattr(node.targets[0], "id", "") if isinstance(node, ast.Assign) else ""
-        if name == "UNVERIFIED_TORCH":
-            return tuple(ast.literal_eval(node.value))
-    return ()
 
 
 def versions(data: dict[str, Any]) -> list[str]:
