@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from support.spack import PACKAGE_CLASSES
 
 ROCM_MPI = "^[virtuals=mpi] cray-mpich+rocm~cuda amdgpu_target=gfx90a"
 CUDA_MPI = "^[virtuals=mpi] cray-mpich+cuda~rocm cuda_arch=80"
@@ -20,13 +21,7 @@ CUDA_MPI = "^[virtuals=mpi] cray-mpich+cuda~rocm cuda_arch=80"
 
 @pytest.fixture(scope="module")
 def facts(spack) -> dict:
-    code = f"""
-import json
-import spack.repo
-import spack.spec
-
-def cls(name):
-    return spack.repo.PATH.get_pkg_class(name)
+    code = PACKAGE_CLASSES + f"""
 
 def deps(name, text):
     spec = spack.spec.Spec(text)

@@ -17,6 +17,8 @@ import pytest
 import yaml
 from support import ROOT, cray_ex
 from support.solves import SiteSolves
+from support.spack import PACKAGE_CLASSES
+from torchmpi.paths import package_constant
 
 pytestmark = pytest.mark.spack
 
@@ -24,17 +26,6 @@ PACKAGES = ("py-torch-mpi", "py-torch", "nccl-ss11", "aws-ofi-nccl", "openmpi-cu
             "py-mpi4py", "py-torchmpi")
 #: Same-name overrides of builtin recipes: must win over builtin.
 OVERRIDES = ("py-torch", "aws-ofi-nccl", "py-mpi4py")
-
-
-def package_constant(package_dir: str, name: str):
-    """A module-level literal of a torchmpi package file, read as data (no Spack import)."""
-    import ast
-
-    path = ROOT / "spack_repo" / "torchmpi" / "packages" / package_dir / "package.py"
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == name:
-            return ast.literal_eval(node.value)
-    raise AssertionError(f"{name} not found in {path}")
 
 
 def test_repo_list_shows_torchmpi_first(spack) -> None:
@@ -1050,13 +1041,7 @@ def vouched_rccl_pairs() -> list[tuple[str, str, str, str, str, str]]:
 @pytest.fixture(scope="session")
 def rocm_facts(spack) -> dict:
     """What the torchmpi package classes ask of a +rocm build, by condition."""
-    code = f"""
-import json
-import spack.repo
-import spack.spec
-
-def cls(name):
-    return spack.repo.PATH.get_pkg_class(name)
+    code = PACKAGE_CLASSES + f"""
 
 def refused(name, text):
     spec = spack.spec.Spec(text)

@@ -86,6 +86,19 @@ class Spack:
             os.unlink(script.name)
 
 
+#: The head of a :meth:`Spack.python` script that reads torchmpi's package classes
+#: (``cls(name)``: the class the repositories resolve, torchmpi's before builtin),
+#: their conditions checked by Spack's own ``satisfies``, with no solve.
+PACKAGE_CLASSES = """\
+import json
+import spack.repo
+import spack.spec
+
+def cls(name):
+    return spack.repo.PATH.get_pkg_class(name)
+"""
+
+
 #: The lock the stand-in ``spack`` writes: a Cray MPICH external, NCCL and the plugin.
 LOCK = {
     "_meta": {"lockfile-version": 6},
