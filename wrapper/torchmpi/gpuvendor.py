@@ -68,6 +68,15 @@ def gtl(vendor: str) -> str:
     return str(table()[vendor]["gtl"])
 
 
+def gtl_refusal(value: str, library: str, key: str, allowed: list[str], hint: str = "") -> str:
+    """Why ``value`` of ``gpu.<key>`` is refused on CUDA-aware cray-mpich: Cray ships
+    ``library`` only for ``allowed``, and builtin cray-mpich's ``gtl_lib`` stops the
+    py-torch build without it.  One wording for the NVIDIA and the AMD rule."""
+    return (f"{value!r}: builtin cray-mpich has {library} only for {key} {', '.join(allowed)},"
+            " so the py-torch build would stop with \"no GTL support could be found\";"
+            f" allowed: {', '.join(allowed)}{hint}, or mpi.cuda_aware: false (docs/sites.md)")
+
+
 def amdgpu_targets(gpu: dict[str, Any]) -> list[str]:
     """``gpu.amdgpu_target`` as a list: ``gfx90a`` -> ``['gfx90a']``."""
     value = gpu.get("amdgpu_target")
@@ -195,11 +204,8 @@ def problems(data: dict[str, Any], build: bool = True) -> list[Problem]:
                 f" target ROCm {rocm} compiles for, or ROCm {low} or newer")))
         if (mpi.get("kind") == "cray-mpich" and mpi["cuda_aware"]
                 and _base(target) not in gtl_archs):
-            out.append((where, (
-                f"{target!r}: builtin cray-mpich has Cray's GTL for HSA ({gtl('amd')}) only for"
-                f" amdgpu_target {', '.join(gtl_archs)}, so the py-torch build would stop with"
-                f" \"no GTL support could be found\"; allowed: {', '.join(gtl_archs)}, or"
-                " mpi.cuda_aware: false (docs/sites.md)")))
+            out.append((where, gtl_refusal(target, f"Cray's GTL for HSA ({gtl('amd')})",
+                                           "amdgpu_target", gtl_archs)))
     models = _models(str(gpu.get("model") or ""))
     wanted = list(dict.fromkeys(t for _, t in models))
     for target in targets:

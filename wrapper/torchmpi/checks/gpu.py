@@ -11,7 +11,7 @@ import re
 from functools import cache
 from typing import Any
 
-from torchmpi import paths
+from torchmpi import gpuvendor, paths
 from torchmpi.checks.common import Problem, vtuple
 
 #: cuda_arch values builtin cray-mpich's ``gtl_lib`` has Cray's CUDA GTL for
@@ -80,11 +80,8 @@ def _cuda_arch(data: dict[str, Any]) -> list[Problem]:
                 and arch not in CRAY_GTL_ARCHS):
             base = _base(arch)
             hint = f" ({base} is the same GPU)" if base in CRAY_GTL_ARCHS else ""
-            out.append((where, (
-                f"{arch!r}: builtin cray-mpich has Cray's CUDA GTL only for cuda_arch"
-                f" {', '.join(CRAY_GTL_ARCHS)}, so the py-torch build would stop with \"no GTL"
-                f" support could be found\"; allowed: {', '.join(CRAY_GTL_ARCHS)}{hint}, or"
-                " mpi.cuda_aware: false (docs/sites.md)")))
+            out.append((where, gpuvendor.gtl_refusal(arch, "Cray's CUDA GTL", "cuda_arch",
+                                                     list(CRAY_GTL_ARCHS), hint)))
     models = _models(str(gpu.get("model") or ""))
     wanted = list(dict.fromkeys(cc for _, cc in models))
     if len(archs) == 1 and len(models) == 1:
