@@ -173,15 +173,11 @@ def test_an_undefined_hsa_symbol_is_named_with_its_library(nodes) -> None:
     preload's explicit override): ld.so's own "undefined symbol" message becomes the
     symbol and the library that provides it."""
     node = nodes["amd-gpu"]
-    code = ("import importlib.util, sys\n"
-            f"spec = importlib.util.spec_from_file_location('p', {str(gtl_preload.PATH)!r})\n"
-            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
-            "try:\n"
-            f"    m.preload({str(node.path('gtl-hsa-8.1.4'))!r}, driver='libc.so.6', needs=(),"
-            " vendor='hsa')\n"
-            "except ImportError as e:\n    sys.exit(str(e))\n")
-    proc = subprocess.run([sys.executable, "-c", code], env=node.env(), check=False,
-                          capture_output=True, text=True, timeout=60)
+    proc = gtl_preload.run_preload(node, (
+        "try:\n"
+        f"    m.preload({str(node.path('gtl-hsa-8.1.4'))!r}, driver='libc.so.6', needs=(),"
+        " vendor='hsa')\n"
+        "except ImportError as e:\n    sys.exit(str(e))\n"))
     assert proc.returncode == 1, proc.stderr
     assert ("GTL calls hsa_amd_memory_pool_allocate, which libhsa-runtime64.so.1 (ROCm's HSA "
             "runtime) provides") in proc.stderr, proc.stderr

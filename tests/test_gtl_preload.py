@@ -202,16 +202,13 @@ def test_a_runtime_already_loaded_is_not_loaded_twice(nodes, tmp_path) -> None:
     other = tmp_path / "other" / "libcudart.so.12"
     other.parent.mkdir()
     other.write_bytes(node.path("libcudart").read_bytes())
-    code = (
-        "import ctypes, importlib.util, sys\n"
-        f"ctypes.CDLL({str(other)!r})\n"  # local, as an extension's dependency would be
-        f"spec = importlib.util.spec_from_file_location('p', {str(gtl_preload.PATH)!r})\n"
-        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+    proc = gtl_preload.run_preload(
+        node,
         f"m.preload({str(node.path('gtl-8.1.27'))!r}, needs={_recorded(node)['needs']!r})\n"
         "maps = {l.split()[-1] for l in open('/proc/self/maps') if 'libcudart' in l}\n"
-        "print(sorted(maps))\n")
-    proc = subprocess.run([sys.executable, "-c", code], env=node.env(), check=False,
-                          capture_output=True, text=True, timeout=60)
+        "print(sorted(maps))\n",
+        # local, as an extension's dependency would be
+        before=f"import ctypes\nctypes.CDLL({str(other)!r})\n")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str([str(other)]), proc.stdout
 

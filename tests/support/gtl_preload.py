@@ -76,3 +76,14 @@ def run(site: Path, node: cray_ex.Node, gpu_switch: str, modules: tuple[str, ...
     env = node.env(modules=modules, PYTHONPATH=str(site), MPICH_GPU_SUPPORT_ENABLED=gpu_switch)
     return subprocess.run([sys.executable, "-c", code], check=False, env=env,
                           capture_output=True, text=True, timeout=60)
+
+
+def run_preload(node: cray_ex.Node, body: str, before: str = "") -> subprocess.CompletedProcess:
+    """Python on ``node`` (no module loaded): ``before`` (say, another extension's
+    library loaded first), then this preload module as ``m``, then ``body``, which calls
+    ``m.preload`` as the installed ``_torchmpi_gtl`` would; ``sys`` is imported."""
+    code = ("import importlib.util, sys\n" + before
+            + f"spec = importlib.util.spec_from_file_location('p', {str(PATH)!r})\n"
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n" + body)
+    return subprocess.run([sys.executable, "-c", code], env=node.env(), check=False,
+                          capture_output=True, text=True, timeout=60)
