@@ -176,6 +176,21 @@ def test_rendered_environment_turns_the_concretization_cache_off(
     assert concretizer["concretization_cache"] == {"enable": False}
 
 
+@pytest.mark.parametrize("name", SHIPPED)
+def test_rendered_environment_prunes_what_the_requirements_rule_out(
+    name: str, tmp_path: Path
+) -> None:
+    """``static_analysis``, as in the container environment: the solver leaves out
+    providers and conditional dependencies the requirements exclude (the same
+    hashes: Spack's test_static_analysis_in_environments; about 10 % less solver
+    time, docs/performance.md).  Not ``duplicates: none``: Frontier's DAG has two
+    py-setuptools."""
+    files = renderer.render(load_site(name, tmp_path), tmp_path)
+    concretizer = yaml.safe_load(files["spack.yaml"])["spack"]["concretizer"]
+    assert concretizer["static_analysis"] is True
+    assert "duplicates" not in concretizer
+
+
 def test_requirements_not_variants() -> None:
     for name in COMMITTED:
         for fname in ("spack.yaml", "packages.yaml"):

@@ -161,6 +161,12 @@ def spack_yaml(site: Site, outdir: Path) -> tuple[list[Part], dict[str, Any]]:
     concretizer: dict[str, Any] = {"unify": "when_possible" if several else True}
     if not site.is_local:
         concretizer["targets"] = {"host_compatible": False}
+    # What the requirements already rule out is left out of the problem, as in
+    # the container environment (torchmpi.container.image): static analysis
+    # prunes providers and conditional dependencies; Spack's own
+    # test_static_analysis_in_environments checks the hashes do not change.
+    # (Not duplicates: none: Frontier's DAG has two py-setuptools.)
+    concretizer["static_analysis"] = True
     concretizer["concretization_cache"] = {"enable": False}
     env["concretizer"] = concretizer
     config = install(site)
@@ -199,6 +205,7 @@ def spack_yaml(site: Site, outdir: Path) -> tuple[list[Part], dict[str, Any]]:
     ]
     if not site.is_local:
         lines.append("host_compatible false: the compute nodes' CPU may not be this host's.")
+    lines.append("static_analysis: what the requirements rule out is left out of the solve.")
     lines += [
         "concretization_cache off: Spack 1.1's cache can return stale solves after a",
         "package edit (spack/spack#51553); an unchanged re-solve is answered from spack.lock.",
