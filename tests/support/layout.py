@@ -45,9 +45,6 @@ EXEMPT: dict[str, tuple[str, tuple[str, ...]]] = {
     "errors.py": (("two exception classes; their exit codes and one-line messages are what "
                   "every verb's bad-input test checks"),
                   ("tests/test_cli_help.py", "tests/test_bad_input.py")),
-    "gpuvendor.py": (("its tests were written as test_gpu_vendor.py while the vendor axis "
-                      "was being built; rename the file to test_gpuvendor.py when it settles"),
-                     ("tests/test_gpu_vendor.py",)),
     "spackenv.py": ("the environment files' content, checked in the rendered output",
                     ("tests/test_render.py", "tests/test_torches.py", "tests/test_pairs.py",
                      "tests/test_sites.py")),

@@ -34,7 +34,7 @@ from torchmpi import paths, torches
 Problem = tuple[tuple, str]
 
 #: The vendor a ``gpu`` section without ``vendor`` has: the schema's default, filled in
-#: at load (tests/test_gpu_vendor.py ties the two); named here for messages and tests.
+#: at load (tests/test_gpuvendor.py ties the two); named here for messages and tests.
 DEFAULT = "nvidia"
 
 
