@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from support.podman_kit import stub
+from support import cray_ex
+from support.podman_kit import image_library
 from torchmpi.doctor import container as dc
 
 IMAGE_FABRIC = "/opt/software/linux-x86_64_v3/libfabric-1.22.0-abcd/lib/libfabric.so.1"
@@ -22,17 +23,34 @@ def test_markers_of_each_runtime() -> None:
 
 
 def test_mapped_library_is_what_the_loader_picks(tmp_path: Path) -> None:
-    """A real child process: LD_LIBRARY_PATH decides, as it does for NCCL's dlopen."""
-    first, second = tmp_path / "host", tmp_path / "image"
-    stub(first / "libnccl-net.so", "host")
-    stub(second / "libnccl-net.so", "image")
-    env = dict(os.environ, LD_LIBRARY_PATH=f"{first}:{second}")
-    got = dc.mapped_libraries(["libnccl-net.so", "libdoes-not-exist.so.9"], env)
+    """A real child process: LD_LIBRARY_PATH decides, as it does for NCCL's dlopen.
+
+    The host's plugin is the Cray EX stand-in's (tests/support/cray_ex.py: it NEEDs
+    libfabric.so.1, which NEEDs libcxi and libxpmem), found with the node's search path;
+    the image's is a plain library (the image's own plugin, its libfabric inside the
+    image, is not what is stood in for).  A host plugin whose closure is broken (the
+    node's libfabric found, its libcxi.so.1 gone) does not load at all: the loader opens
+    the first libnccl-net.so it finds and does not fall back to the next, so nothing is
+    mapped (a dependency-free stand-in was mapped all the same).  Not "libfabric gone":
+    a test machine may have its own in ld.so.cache, which the loader would take."""
+    node = cray_ex.build(tmp_path / "node", "login")
+    first = node.path("libnccl-net").parent
+    second = tmp_path / "image"
+    second.mkdir()
+    image_library(second / "libnccl-net.so", ("ncclNetPlugin_v6",), tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    env["LD_LIBRARY_PATH"] = f"{first}:{second}:{node.library_path()}"
+    got = dc.mapped_libraries(["libnccl-net.so", "libfabric.so.1", "libdoes-not-exist.so.9"],
+                              env)
     assert got == {"libnccl-net.so": str(first / "libnccl-net.so"),
+                   "libfabric.so.1": str(node.path("libfabric")),
                    "libdoes-not-exist.so.9": None}
-    env["LD_LIBRARY_PATH"] = f"{second}:{first}"
+    env["LD_LIBRARY_PATH"] = f"{second}:{first}:{node.library_path()}"
     assert dc.mapped_libraries(["libnccl-net.so"], env)["libnccl-net.so"] == str(
         second / "libnccl-net.so")
+    env["LD_LIBRARY_PATH"] = f"{first}:{second}:{node.library_path()}"
+    node.path("libcxi").unlink()
+    assert dc.mapped_libraries(["libnccl-net.so"], env) == {"libnccl-net.so": None}
 
 
 def test_image_libfabric_on_slingshot_fails_with_the_fix() -> None:

@@ -9,7 +9,7 @@ Fixtures stay in ``conftest.py``; helpers live here:
 * ``spack``: the pinned, isolated Spack CLI the ``spack`` fixture returns;
 * ``host_tools``: this host's programs hidden, ``local`` with its compilers;
 * ``mpi_launch``: real multi-process jobs and the planted wrong all-reduce;
-* ``podman_kit``: real podman with the cached probe image and stub libraries;
+* ``podman_kit``: real podman with the cached probe image (the image's own libraries);
 * ``cray_ex``: the Cray EX node stand-in built with gcc;
 * ``gtl_preload``: py-torch's GTL preload, loaded by path, and the stand-in torch it goes in;
 * ``patcher``: py-torch's patcher of PyTorch's MPI backend, loaded by path;

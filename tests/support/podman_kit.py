@@ -1,4 +1,4 @@
-"""Real podman for the container tests: project settings, a tiny cached image, stub libraries.
+"""Real podman for the container tests: project settings, a tiny cached image.
 
 Podman runs rootful with the project's ``scripts/podman/containers.conf``
 (``CONTAINERS_CONF``) and a storage.conf written into the torchmpi cache
@@ -6,12 +6,18 @@ Podman runs rootful with the project's ``scripts/podman/containers.conf``
 
 No registry is reachable, so the image is imported from a tarball of a
 minimal root file system made of this host's files: busybox (static), the
-dynamic loader and libc, a probe program and the *image's* copies of the
-libraries a site injects (each a stub whose ``torchmpi_stub_origin()`` says
-"image").  The probe is linked with a RUNPATH to those copies, as the
-container environment's ``shared_linking: runpath`` links torch: a library on
-``LD_LIBRARY_PATH`` (the injected host one) wins over it.  The image is keyed
-by the hash of its inputs and built once per cache.
+dynamic loader and libc, a probe program and the *image's* own copies of the
+libraries a site injects.  Those copies stand for the image's MPICH, libfabric
+and plugin (``mpich@3.4.3``, built by Spack into the image), not for Cray's: they
+are plain libraries with the soname and the exports callers bind, and no GTL
+(the image's MPICH has none).  The host side is the Cray EX stand-in
+(tests/support/cray_ex.py) with its NEEDED closure; which copy a process loaded
+is judged from the path it maps (``/proc/self/maps``) and the container's mount
+table, never from a library's word about itself.  The probe is linked with a
+RUNPATH to the image's copies, as the container environment's
+``shared_linking: runpath`` links torch: a library on ``LD_LIBRARY_PATH`` (the
+injected host one) wins over it.  The image is keyed by the hash of its inputs
+and built once per cache.
 """
 
 from __future__ import annotations
@@ -25,8 +31,11 @@ from pathlib import Path
 
 from torchmpi import paths
 
-#: The libraries a Cray site's descriptors inject, by soname.
-LIBS = ("libmpi.so.12", "libfabric.so.1", "libnccl-net.so", "libmpi_gtl_cuda.so.0")
+#: The image's own copies of what a Cray site's descriptors inject: soname -> exports
+#: (those of the host stand-ins in tests/fixtures/cray_ex/manifest.yaml).
+LIBS = {"libmpi.so.12": ("MPI_Init", "MPI_Finalize"),
+        "libfabric.so.1": ("fi_getinfo", "fi_fabric"),
+        "libnccl-net.so": ("ncclNetPlugin_v6",)}
 IMAGE_LIB = "/opt/image/lib"
 #: busybox applets the image links (podman-hpc's shared-run mode starts ``sleep infinity``).
 APPLETS = ("sh", "sleep", "cat", "ls", "env", "echo")
@@ -35,13 +44,13 @@ PROBE_C = r"""
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
-/* dlopen each library by name, as libtorch/NCCL do, then list what is mapped. */
+/* dlopen each library by name, as libtorch/NCCL do (RTLD_NOW: every NEEDED and
+   every symbol resolved, or the loader's reason), then list what is mapped. */
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     void *h = dlopen(argv[i], RTLD_NOW | RTLD_LOCAL);
-    if (!h) { printf("MISSING %s\n", argv[i]); continue; }
-    const char *(*origin)(void) = (const char *(*)(void))dlsym(h, "torchmpi_stub_origin");
-    printf("ORIGIN %s %s\n", argv[i], origin ? origin() : "?");
+    if (h) printf("LOADED %s\n", argv[i]);
+    else printf("MISSING %s %s\n", argv[i], dlerror());
   }
   FILE *maps = fopen("/proc/self/maps", "r");
   char line[4096];
@@ -52,8 +61,6 @@ int main(int argc, char **argv) {
   return 0;
 }
 """
-
-STUB_C = 'const char *torchmpi_stub_origin(void) { return ORIGIN; }\n'
 
 #: The image's torch stand-in: libtorch_cpu.so NEEDs libmpi.so.12 (torch built
 #: +mpi against the image's MPICH), RUNPATH to the image's copy as Spack's
@@ -92,14 +99,11 @@ def gcc(*args: str) -> None:
     subprocess.run(["gcc", *args], check=True, capture_output=True, text=True)
 
 
-def stub(path: Path, origin: str) -> Path:
-    """A shared library with the soname of ``path``'s name that answers ``origin``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    src = path.parent / f".{path.name}.c"
-    src.write_text(STUB_C)
-    gcc("-shared", "-fPIC", f'-DORIGIN="{origin}"', f"-Wl,-soname,{path.name}",
-        "-o", str(path), str(src))
-    src.unlink()
+def image_library(path: Path, exports: tuple[str, ...], work: Path) -> Path:
+    """One of the image's own copies: ``path``'s name as soname, ``exports`` defined."""
+    src = work / f"{path.name}.c"
+    src.write_text("".join(f"int {name}(void) {{ return 0; }}\n" for name in exports))
+    gcc("-shared", "-fPIC", f"-Wl,-soname,{path.name}", "-o", str(path), str(src))
     return path
 
 
@@ -138,9 +142,9 @@ def build_image(work: Path) -> str:
     src.write_text(PROBE_C)
     gcc("-O1", f"-Wl,--enable-new-dtags,-rpath,{IMAGE_LIB}", "-o",
         str(root / "usr/bin/probe"), str(src))
-    for lib in LIBS:
-        stub(root / IMAGE_LIB.lstrip("/") / lib, "image")
     image_lib = root / IMAGE_LIB.lstrip("/")
+    for lib, exports in LIBS.items():
+        image_library(image_lib / lib, exports, work)
     for name in CXX_RUNTIME:
         shutil.copy2(_host_file(f"{SYSTEM_LIB}/{name}", f"/usr{SYSTEM_LIB}/{name}"),
                      root / SYSTEM_LIB.lstrip("/") / name)
@@ -172,13 +176,16 @@ def cudart(path: Path, work: Path) -> Path:
 
 
 def parse_probe(out: str) -> tuple[dict[str, str], dict[str, str]]:
-    """({soname: origin}, {soname: mapped path}) from the probe's output."""
-    origins, maps = {}, {}
+    """({name dlopened: "loaded" or the loader's error}, {soname: mapped path}) from the
+    probe's output."""
+    loaded, maps = {}, {}
     for line in out.splitlines():
-        words = line.split()
-        if words[:1] == ["ORIGIN"]:
-            origins[words[1]] = words[2]
+        words = line.split(None, 2)
+        if words[:1] == ["LOADED"]:
+            loaded[words[1]] = "loaded"
+        elif words[:1] == ["MISSING"]:
+            loaded[words[1]] = words[2] if len(words) > 2 else "?"
         elif words[:1] == ["MAP"]:
             path = words[1]
             maps.setdefault(Path(path).name, path)
-    return origins, maps
+    return loaded, maps
