@@ -31,7 +31,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from torchmpi import paths
+from torchmpi import output, paths
 from torchmpi import venv as venvmod
 from torchmpi.cli import main
 from torchmpi.lock import Lock
@@ -245,6 +245,57 @@ def test_existing_directory_is_refused(tmp_path, capsys):
     assert main(["venv", str(tmp_path / "x"), "--lock",
                  str(fake_lock(tmp_path / "spack.lock"))]) == 2
     assert "not empty" in capsys.readouterr().err
+
+
+def test_a_hand_edited_constraints_file_is_kept_without_force(tmp_path, capsys):
+    """`torchmpi venv` again on its own venv re-pins it through the one writer: a
+    constraints.txt edited by hand is kept unless --force, as render keeps its files."""
+    venv = make_venv(tmp_path / "train", "--keep-pip")
+    constraints = venv / "constraints.txt"
+    assert output.written_by(constraints.read_text()) == "venv"
+    edited = constraints.read_text() + "einops==0.1\n"
+    constraints.write_text(edited)
+    capsys.readouterr()
+    with pytest.raises(AssertionError):
+        make_venv(venv, "--keep-pip")
+    err = capsys.readouterr().err
+    assert "constraints.txt edited by hand since it was written" in err and "--force" in err
+    assert constraints.read_text() == edited
+    make_venv(venv, "--keep-pip", "--force")
+    assert "einops==0.1" not in constraints.read_text()
+    assert not output.hand_edited(constraints.read_text())
+    assert (venv / "bin" / "activate").read_text().count("PIP_CONSTRAINT=") == 1
+
+
+_INTERRUPTED = """
+import resource, signal, sys
+from torchmpi.cli import main
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a kill
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_pinning_a_plain_venv_interrupted_leaves_it_as_it_was(tmp_path):
+    """The writer replaces constraints.txt, pip.conf and bin/activate all or none: with the
+    file-size limit below the wired activate (as a full disk), the first two are not left
+    behind half a venv's wiring; the same call without the limit wires it."""
+    plain = tmp_path / "plain"
+    subprocess.run([BASE_PYTHON, "-m", "venv", "--without-pip", str(plain)], check=True)
+    before = {p: p.read_bytes() for p in plain.rglob("*") if p.is_file()}
+    activate = len((plain / "bin" / "activate").read_bytes())
+    argv = ["venv", str(plain), "--lock", str(fake_lock(tmp_path / "spack.lock")),
+            "--keep-pip", "--python", BASE_PYTHON]
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.run([sys.executable, "-c", _INTERRUPTED, str(activate), *argv],
+                          env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "cannot write: File too large" in proc.stderr and "Traceback" not in proc.stderr
+    assert {p: p.read_bytes() for p in plain.rglob("*") if p.is_file()} == before
+    assert main(argv) == 0
+    assert (plain / "constraints.txt").is_file() and (plain / "pip.conf").is_file()
+    assert "PIP_CONSTRAINT=" in (plain / "bin" / "activate").read_text()
 
 
 def test_lock_without_torch_is_refused(tmp_path, capsys):

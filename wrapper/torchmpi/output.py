@@ -1,11 +1,12 @@
 """The one writer under every verb that writes files: header, parse-back, policy, folders.
 
-``torchmpi render``, ``container`` and ``reframe`` build their files as data and
-hand the bodies here; this module alone decides how they reach the disk:
+``torchmpi render``, ``container``, ``reframe`` and ``venv`` build their files as
+data and hand the bodies here; this module alone decides how they reach the disk:
 
 * **the header** (:func:`assemble`): comment lines naming the tool version, the
-  site file, the verb that writes the file again, the pins (where the verb's
-  wording has them), the site file's sha256 and the sha256 of the body below.
+  site file (for ``venv``, the lock or Python it pins: an :class:`Origin`), the
+  verb that writes the file again, the pins (where the verb's wording has them),
+  the site file's sha256 and the sha256 of the body below.
   A ``#!`` line stays first and is not part of the body.  The wording of each
   verb is data (:data:`WORDING`), kept as each verb has always written it.
 * **one parse-back per format** (:mod:`torchmpi.parseback`), run on every body
@@ -15,8 +16,9 @@ hand the bodies here; this module alone decides how they reach the disk:
   recorded (edited by hand), and one written by another verb or from another
   site file are replaced only with ``--force``; all checks run before the first
   write, and the files are replaced all or none (:func:`replace_files`), so a
-  refused or interrupted write leaves every old file whole; a file with a ``#!``
-  line is written executable, every other one ``0644``;
+  refused or interrupted write leaves every old file whole (a file of another tool
+  that a verb edits in place, a venv's ``bin/activate``, is replaced with them); a
+  file with a ``#!`` line is written executable, every other one ``0644``;
 * **one rule for default output folders** (:func:`outdir`): ``<checkout>/<folder
   of the verb>/<site>``, and only for the checkout's own site files -- a site file
   elsewhere needs ``-o``, so it can never replace a shipped site's files.
@@ -48,6 +50,8 @@ WORDING: dict[str, tuple[str, str, bool]] = {
                    " (docs/containers.md)."), True),
     "reframe": ("Written by torchmpi reframe {version} from {file}; do not edit by hand:",
                 "run `torchmpi reframe {name}` again after changing the site file.", False),
+    "venv": ("Written by torchmpi venv {version} from {label}; do not edit by hand:",
+             "run `torchmpi venv DIR` again to re-pin this venv (docs/users.md).", False),
 }
 
 #: Each writing verb's default output folder in the checkout, one directory per site.
@@ -61,7 +65,17 @@ _VERB_RE = re.compile(r"^# .*?run `torchmpi ([a-z][a-z-]*) ", re.MULTILINE)
 
 # -- the header ------------------------------------------------------------------------------
 
-def site_label(site: Site) -> str:
+@dataclass(frozen=True)
+class Origin:
+    """What a file not rendered from a site file was written from (``torchmpi venv``: the
+    spack.lock or the Python whose packages it pins): the three things a header reads
+    of a :class:`Site`, so one header and one policy serve both."""
+    path: Path
+    name: str
+    sha256: str
+
+
+def site_label(site: Site | Origin) -> str:
     """The site file as the header names it: relative to the checkout, else its file name."""
     root = paths.root()
     for path, base in ((site.path.absolute(), root), (site.path.resolve(), root.resolve())):
@@ -72,7 +86,7 @@ def site_label(site: Site) -> str:
     return site.path.name
 
 
-def header(verb: str, site: Site, body: str) -> str:
+def header(verb: str, site: Site | Origin, body: str) -> str:
     """The provenance lines above ``body`` for a file ``torchmpi VERB`` writes."""
     first, again, with_pins = WORDING[verb]
     fill = {"version": __version__, "label": site_label(site), "file": site.path.name,
@@ -82,7 +96,7 @@ def header(verb: str, site: Site, body: str) -> str:
         pins = paths.pins()
         lines.append(f"spack {pins.get('TORCHMPI_SPACK_TAG', '?')},"
                      f" builtin spack-packages {pins.get('TORCHMPI_SPACK_PACKAGES_TAG', '?')}")
-    lines += [f"site-sha256: {site.sha256}",
+    lines += [f"{'source' if isinstance(site, Origin) else 'site'}-sha256: {site.sha256}",
               f"body-sha256: {hashlib.sha256(body.encode()).hexdigest()}"]
     return comment(*lines)
 
@@ -97,7 +111,7 @@ class Body:
     data: Any = None
 
 
-def assemble(verb: str, site: Site, bodies: dict[str, str | Body]) -> dict[str, str]:
+def assemble(verb: str, site: Site | Origin, bodies: dict[str, str | Body]) -> dict[str, str]:
     """File name -> full text: each body parsed back by its format, then headed."""
     out = {}
     for name, body in bodies.items():
@@ -159,13 +173,16 @@ def mode(text: str) -> int:
     return 0o755 if text.startswith("#!") else 0o644
 
 
-def write(outdir: Path, files: dict[str, str], force: bool = False) -> Result:
+def write(outdir: Path, files: dict[str, str], force: bool = False,
+          theirs: dict[str, str] | None = None) -> Result:
     """Write the files (full texts from :func:`assemble`), all or none.
 
     Refused without ``force``, before anything is written: a file there without
     our header, one edited by hand, one written by another verb, and one written
     from another site file (``render A -o environments/B`` must not replace B's
-    environment silently).
+    environment silently).  ``theirs`` (name -> full text) are files of another
+    tool that the verb edits in place (a venv's ``bin/activate``): no header, so
+    no policy, but replaced together with ``files``, all or none.
     """
     try:
         outdir.mkdir(parents=True, exist_ok=True)
@@ -198,7 +215,11 @@ def write(outdir: Path, files: dict[str, str], force: bool = False) -> Result:
     refusal = _refusal(verb, label, alien, edited, other_verb, other_site)
     if refusal and not force:
         raise UserError(f"{outdir}: {refusal}")
-    replace_files(outdir, {name: files[name] for name in changed})
+    for name, text in (theirs or {}).items():
+        path = outdir / name
+        if not path.is_file() or path.read_text() != text:
+            changed.append(name)
+    replace_files(outdir, {name: {**files, **(theirs or {})}[name] for name in changed})
     return Result(written=changed)
 
 
@@ -233,8 +254,9 @@ def replace_files(outdir: Path, files: dict[str, str]) -> None:
     temps = []
     try:
         for name, text in files.items():
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=outdir)
-            temps.append((tmp, outdir / name))  # before writing: a failed write is removed too
+            dest = outdir / name  # NAME may be in a subfolder: bin/activate
+            fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
+            temps.append((tmp, dest))  # before writing: a failed write is removed too
             with os.fdopen(fd, "w") as fh:
                 fh.write(text)
             os.chmod(tmp, mode(text))

@@ -1,8 +1,9 @@
 """One parse-back per format: the check every written file passes before it may replace one.
 
 torchmpi writes YAML (Spack environments, the podman-hpc module), TOML (the CE
-EDF), shell (runtime.sh, the container wrappers, run-checks.sh) and Python
-(ReFrame's settings.py).  Each is built from data, and each is read back with
+EDF), shell (runtime.sh, the container wrappers, run-checks.sh), Python
+(ReFrame's settings.py), INI (a venv's pip.conf) and pip constraints (its
+constraints.txt).  Each is built from data, and each is read back with
 the reader its consumer uses -- PyYAML's safe loader (the same dumper's
 counterpart), :mod:`tomllib`, ``bash -n``, :mod:`ast` -- and, where the data is
 known, compared with it.  A text that fails is a bug in torchmpi, never bad
@@ -17,6 +18,7 @@ whichever verb built it.
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -89,6 +91,36 @@ def python_text(text: str, expected: dict[str, Any] | None, name: str) -> None:
                             f" {_NOTHING}")
 
 
+def ini_text(text: str, expected: dict[str, dict[str, str]] | None, name: str) -> None:
+    """An INI file as pip reads its ``pip.conf`` (:class:`configparser.RawConfigParser`);
+    ``expected`` maps each section to its keys and values."""
+    import configparser
+
+    def loads(text: str) -> dict[str, dict[str, str]]:
+        parser = configparser.RawConfigParser()
+        parser.read_string(text)
+        return {section: dict(parser.items(section)) for section in parser.sections()}
+
+    _loads_back(text, expected, name, loads, configparser.Error, "INI text does not parse")
+
+
+def pins_text(text: str, expected: dict[str, str] | None, name: str) -> None:
+    """A pip constraints file as ``torchmpi venv`` writes it: comments and one
+    ``name==version`` per line; ``expected`` maps each name to its version."""
+    pins = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line:
+            continue
+        pin = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9A-Za-z.!]+)", line)
+        if not pin:
+            raise InternalError(f"{name}: the written line {line!r} is not one `name==version`"
+                                f" pin; {_NOTHING}")
+        pins[pin.group(1)] = pin.group(2)
+    if expected is not None and pins != expected:
+        raise InternalError(f"{name}: the written text does not load back to the pins it was"
+                            f" built from; {_NOTHING}")
+
+
 #: File-name suffix -> its format's parse-back.  A file of another format (the
 #: Containerfile) is checked by the module that knows its grammar.
 FORMATS: dict[str, Callable[[str, Any, str], None]] = {
@@ -97,6 +129,8 @@ FORMATS: dict[str, Callable[[str, Any, str], None]] = {
     ".toml": toml_text,
     ".sh": shell_text,
     ".py": python_text,
+    ".conf": ini_text,
+    ".txt": pins_text,
 }
 
 

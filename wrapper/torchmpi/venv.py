@@ -41,6 +41,7 @@ accepts the old pip and its build failures.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
@@ -48,7 +49,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from torchmpi import output, site
+from torchmpi import output, parseback, site
 from torchmpi.errors import UserError
 from torchmpi.lock import Lock
 
@@ -92,12 +93,36 @@ def pins_from_python(python: str) -> dict[str, str]:
             if name.lower() not in ("pip", "setuptools", "wheel")}
 
 
+def constraints_pins(pins: dict[str, str]) -> dict[str, str]:
+    """The versions constraints.txt pins: a local label (``+cpu``) dropped, as ``==X``
+    matches ``X+cpu`` too."""
+    return {name: version.split("+")[0] for name, version in pins.items()}
+
+
 def constraints_text(pins: dict[str, str], source: str) -> str:
-    """``name==version`` lines; a local version label (``+cpu``) is matched by ``==X`` too."""
+    """The body of constraints.txt: ``name==version`` lines under what they pin."""
     lines = [f"# The site's Python packages, pinned so pip cannot replace them ({source}).",
-             "# Written by `torchmpi venv`; pip reads it through pip.conf / PIP_CONSTRAINT."]
-    lines += [f"{name}=={version.split('+')[0]}" for name, version in pins.items()]
+             "# pip reads it through pip.conf / PIP_CONSTRAINT."]
+    lines += [f"{name}=={version}" for name, version in constraints_pins(pins).items()]
     return "\n".join(lines) + "\n"
+
+
+def origin(path: Path, data: bytes) -> output.Origin:
+    """What the header names as the pins' source: a spack.lock (``data``: its bytes) or
+    the base Python (``data``: the pins it reported)."""
+    return output.Origin(path=path, name=path.name, sha256=hashlib.sha256(data).hexdigest())
+
+
+def wired_activate(text: str, constraints: Path) -> str:
+    """venv's ``bin/activate`` exporting ``PIP_CONSTRAINT``, which ``deactivate`` unsets;
+    the same text again for a script already wired (a re-pin)."""
+    block = "\n# torchmpi venv: the site's pins for any pip this shell starts\n"
+    text = text.split(block, 1)[0]
+    if "    unset PIP_CONSTRAINT\n" not in text:
+        # `deactivate` forgets the pins as it forgets the venv (venv's own bash script).
+        text = text.replace("deactivate () {\n", "deactivate () {\n    unset PIP_CONSTRAINT\n", 1)
+    return text + block + (f"PIP_CONSTRAINT={shlex.quote(str(constraints))}\n"
+                           "export PIP_CONSTRAINT\n")
 
 
 def find_lock(site_name: str) -> Path:
@@ -150,14 +175,43 @@ def upgrade_pip(target: Path) -> None:
 
 
 def create(target: Path, *, python: str, pins: dict[str, str], source: str,
-           keep_pip: bool = False) -> Path:
-    """Make the venv, write the constraints, wire pip to them; returns the constraints file.
+           pinned_from: output.Origin, keep_pip: bool = False, force: bool = False) -> Path:
+    """Make the venv (or take an existing one), write the constraints and wire pip to
+    them through the one writer (:mod:`torchmpi.output`); returns the constraints file.
 
-    A venv this call made is removed again when the pip upgrade fails, so a retry
-    does not meet "exists and is not empty".
+    An existing venv is re-pinned: its files are kept where the writer's policy says
+    so (edited by hand, not ours, pinned from another source) unless ``force``.  A venv
+    this call made is removed again when the pip upgrade fails, so a retry does not
+    meet "exists and is not empty".
     """
-    if target.exists() and any(target.iterdir()):
-        raise UserError(f"{target}: exists and is not empty; choose a new directory")
+    fresh = not (target.exists() and any(target.iterdir()))
+    if not fresh and not (target / "pyvenv.cfg").is_file():
+        raise UserError(f"{target}: exists and is not empty, and is not a venv; choose a new"
+                        " directory (or a venv, to pin it)")
+    if fresh:
+        _make(target, python, keep_pip)
+    constraints = target.absolute() / CONSTRAINTS
+    activate = target / "bin" / "activate"
+    theirs = {"bin/activate": wired_activate(activate.read_text(), constraints)} \
+        if activate.is_file() else {}
+    for name, text in theirs.items():
+        parseback.shell_text(text, None, name)
+    files = output.assemble("venv", pinned_from, {
+        CONSTRAINTS: output.Body(constraints_text(pins, source), constraints_pins(pins)),
+        PIP_CONF: output.Body(
+            "# Every pip install in this venv honours the site's pins.\n"
+            f"[install]\nconstraint = {constraints}\n",
+            {"install": {"constraint": str(constraints)}}),
+    })
+    output.write(target, files, force=force, theirs=theirs)
+    if not fresh and not keep_pip:
+        upgrade_pip(target)
+    return constraints
+
+
+def _make(target: Path, python: str, keep_pip: bool) -> None:
+    """``python -m venv --system-site-packages`` and the pip upgrade, before any pin is
+    wired (so the upgrade sees the user's index and nothing of ours)."""
     exe = shutil.which(python)
     if exe is None:
         raise UserError(f"--python {python}: not found on PATH")
@@ -177,18 +231,3 @@ def create(target: Path, *, python: str, pins: dict[str, str], source: str,
             else:
                 shutil.rmtree(target)
             raise
-    constraints = target.absolute() / CONSTRAINTS
-    constraints.write_text(constraints_text(pins, source))
-    (target / PIP_CONF).write_text(
-        "# Written by `torchmpi venv`: every pip install in this venv honours the site's pins.\n"
-        f"[install]\nconstraint = {constraints}\n")
-    activate = target / "bin" / "activate"
-    if activate.is_file():
-        text = activate.read_text()
-        # `deactivate` forgets the pins as it forgets the venv (venv's own bash script).
-        text = text.replace("deactivate () {\n", "deactivate () {\n    unset PIP_CONSTRAINT\n", 1)
-        text += ("\n# torchmpi venv: the site's pins for any pip this shell starts\n"
-                 f"PIP_CONSTRAINT={shlex.quote(str(constraints))}\n"
-                 "export PIP_CONSTRAINT\n")
-        activate.write_text(text)
-    return constraints

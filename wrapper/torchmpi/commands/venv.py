@@ -30,12 +30,15 @@ def register(sub: argparse._SubParsersAction) -> None:
             "mpi4py, ...) and make every pip in the venv use it (DIR/pip.conf, and\n"
             "PIP_CONSTRAINT in bin/activate).  A package that needs another torch is then\n"
             "refused by pip instead of replacing the site's.  The venv's pip is upgraded to\n"
-            "26.2 or newer, which keeps the pins out of sdist build environments."
+            "26.2 or newer, which keeps the pins out of sdist build environments.\n"
+            "Given an existing venv, re-pin it: files edited by hand, not written by\n"
+            "torchmpi venv or pinned from another source are kept without --force."
         ),
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("dir", type=Path, help="the venv directory to create (new or empty)")
+    p.add_argument("dir", type=Path,
+                   help="the venv directory to create (new or empty), or a venv to re-pin")
     p.add_argument("--site", metavar="NAME|FILE", default=None,
                    help="pin from this site's environments/SITE/spack.lock "
                         "(default: pin what --python has installed)")
@@ -49,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "needs an index or PIP_FIND_LINKS); an older pip applies the pins "
                         "inside sdist build environments too, so builds that need a newer "
                         "numpy than the site's fail")
+    arguments.force(p)
     arguments.json(p, "the pins and paths")
     p.set_defaults(func=run)
 
@@ -63,14 +67,18 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, ValueError, KeyError) as err:
             raise UserError(f"{lock_path}: not a readable spack.lock ({err})") from None
         source = f"from {lock_path.name} of {args.site or lock_path}"
+        pinned_from = venvmod.origin(lock_path, lock_path.read_bytes())
     else:
         pins = venvmod.pins_from_python(args.python)
         source = f"what {args.python} has installed"
+        pinned_from = venvmod.origin(Path(args.python),
+                                     json.dumps(pins, sort_keys=True).encode())
     if not any(name.lower() == "torch" for name in pins):
         raise UserError(f"no torch among the pins ({source}); load the site's module "
                         "(module load py-torch-mpi) or give --site/--lock")
     constraints = venvmod.create(args.dir, python=args.python, pins=pins, source=source,
-                                 keep_pip=args.keep_pip)
+                                 pinned_from=pinned_from, keep_pip=args.keep_pip,
+                                 force=args.force)
     if args.json:
         print(json.dumps({"venv": str(args.dir), "constraints": str(constraints),
                           "pins": pins}, indent=2))
