@@ -21,7 +21,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from torchmpi import detect, gpuvendor, paths, runtime, torches
+from torchmpi import cudaaware, detect, gpuvendor, paths, runtime
 from torchmpi.autokeys import AUTO_KEYS, LOCAL, auto_keys
 from torchmpi.checks import refusal, validate
 from torchmpi.checks.gpu import cuda_archs
@@ -121,23 +121,17 @@ class Site:
     def torch_cuda_aware(self) -> bool:
         """The torch variant: the root is ``+cuda_aware_mpi``, so PyTorch's MPI backend
         takes CUDA tensors (a GPU site, unless ``mpi.cuda_aware: false``)."""
-        return torches.cuda_aware(self.data)
+        return cudaaware.torch_variant(self.data)
 
     @property
     def mpi_moves_device_buffers(self) -> bool:
         """The MPI itself moves CUDA buffers (mpi4py's, or torch's where the variant is on).
 
         Not the same question as :attr:`torch_cuda_aware`: ``openmpi-cuda`` and a
-        centre's MPI declared ``+cuda`` move them even under ``~cuda_aware_mpi``; a
-        Spack-built Open MPI is solved ``+cuda`` only because ``+cuda_aware_mpi`` asks
-        for it (py-torch's conflicts); Cray MPICH moves them only with GTL, which the
-        tool loads exactly for ``+cuda_aware_mpi``.
+        centre's MPI declared ``+cuda`` move them even under ``~cuda_aware_mpi``
+        (:mod:`torchmpi.cudaaware`).
         """
-        if not self.gpu:
-            return False
-        mpi = self.data["mpi"]
-        declared = "+cuda" in str(mpi.get("variants") or "").split()
-        return mpi["kind"] == "openmpi-cuda" or declared or self.torch_cuda_aware
+        return cudaaware.mpi_moves_device_buffers(self.data)
 
     @property
     def root_spec(self) -> str:

@@ -22,7 +22,7 @@ import functools
 import re
 from typing import Any
 
-from torchmpi import paths
+from torchmpi import cudaaware, paths
 
 #: Releases whose ProcessGroupMPI.cpp text is a fixture of the patch
 #: (tests/fixtures/process_group_mpi/v<version>.cpp; tests/test_torches.py
@@ -122,16 +122,6 @@ def versions(data: dict[str, Any]) -> list[str]:
     return list((data.get("torch") or {}).get("versions") or [])
 
 
-def cuda_aware(data: dict[str, Any]) -> bool:
-    """Whether the root is ``+cuda_aware_mpi`` (a GPU site, unless mpi.cuda_aware is false).
-
-    On raw site data, for the load-time rules; a loaded site asks
-    ``Site.torch_cuda_aware`` (and ``Site.mpi_moves_device_buffers`` for the MPI's side).
-    """
-    return (isinstance(data.get("gpu"), dict)
-            and bool(data["mpi"]["cuda_aware"]))
-
-
 def deprecated(data: dict[str, Any]) -> list[str]:
     """The site's releases that builtin deprecates (they need ``config: deprecated: true``)."""
     known = builtin_releases()
@@ -146,7 +136,8 @@ _UNPATCHED_KINDS = ("openmpi", "openmpi-cuda")
 def patch_applies(data: dict[str, Any]) -> bool:
     """Whether the site's py-torch build runs the ProcessGroupMPI patch
     (``+cuda_aware_mpi`` with an MPI of the MPICH family, or one not yet known)."""
-    return cuda_aware(data) and (data.get("mpi") or {}).get("kind") not in _UNPATCHED_KINDS
+    return (cudaaware.torch_variant(data)
+            and (data.get("mpi") or {}).get("kind") not in _UNPATCHED_KINDS)
 
 
 def notes(data: dict[str, Any], chosen: list[str] | None = None) -> list[str]:

@@ -13,7 +13,7 @@ import re
 from functools import cache
 from typing import Any
 
-from torchmpi import paths, runtime
+from torchmpi import cudaaware, paths, runtime
 from torchmpi.checks.common import Problem, vtuple
 
 
@@ -100,9 +100,8 @@ def _mpi_variants(data: dict[str, Any]) -> list[Problem]:
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             return [(where, f"names {', '.join(twice)} twice; allowed: each variant once")]
-    gpu = isinstance(data.get("gpu"), dict)
-    cuda_aware = gpu and mpi["cuda_aware"]
-    if (cuda_aware and external and kind in ("openmpi", "openmpi-cuda", "mpich")
+    if (cudaaware.torch_variant(data) and external
+            and kind in ("openmpi", "openmpi-cuda", "mpich")
             and "+cuda" not in (variants or "").split()):
         said = f"says {variants!r}" if variants else "has no variants, so it renders ~cuda"
         return [(where, (

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchmpi import torches
+from torchmpi import cudaaware, torches
 from torchmpi.checks.common import Problem
 
 
@@ -36,7 +36,7 @@ def _releases(data: dict[str, Any]) -> list[Problem]:
                 f" cuda@{cuda} (gpu.cuda.spec); releases it can build:"
                 f" {', '.join(can) or 'none'}, or a newer gpu.cuda")))
             continue
-        if not torches.cuda_aware(data):
+        if not cudaaware.torch_variant(data):
             continue
         vt = torches._vt(version)
         gap = torches._CUDA_AWARE_GAP
