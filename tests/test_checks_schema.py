@@ -45,11 +45,36 @@ def test_a_site_without_the_keys_gets_the_schemas_defaults() -> None:
     data = sitemod.load("generic-ib").data
     assert data["mpi"]["cuda_aware"] is True
     assert data["install"] == {"module_system": "lmod"}
-    assert data["checks"] == {"gpus_per_node": 1, "ranks_per_node": 2, "cpus_per_node": 0,
+    assert data["checks"] == {"gpus_per_node": 1, "ranks_per_node": 2,
                               "hostnames": [".*"], "access": [], "expected_fail": [],
                               "references": []}
     assert data["extra_specs"] == []
     assert data["launch"] == "srun"  # launcher: slurm
+
+
+def _defaulted(node: object, where: tuple = ()) -> list[tuple[tuple, dict]]:
+    """(key path, subschema) of every property the schema gives a ``default``."""
+    out = []
+    if isinstance(node, dict):
+        for name, sub in (node.get("properties") or {}).items():
+            if isinstance(sub, dict) and "default" in sub:
+                out.append(((*where, name), sub))
+        for key, value in node.items():
+            out += _defaulted(value, (*where, key) if key != "properties" else where)
+    elif isinstance(node, list):
+        for value in node:
+            out += _defaulted(value, where)
+    return out
+
+
+def test_every_default_is_a_value_the_schema_accepts_there() -> None:
+    """A default a site file may not write (``cpus_per_node: 0`` under ``minimum: 1``)
+    is a second meaning hidden in the filled-in data."""
+    found = _defaulted(schema.site_schema())
+    assert len(found) > 5
+    bad = [(where, sub["default"]) for where, sub in found
+           if not schema.Validator(sub).is_valid(sub["default"])]
+    assert bad == []
 
 
 def test_a_stated_value_is_kept_and_a_conditional_default_applies_only_where_it_holds(

@@ -218,7 +218,9 @@ def configuration(site: Site, *, env_from: str, outdir: Path,
             "references": references(checks),
             "nccl": nccl_expectations(site),
             "ranks_per_node": int(checks["ranks_per_node"]),
-            "cpus_per_node": int(checks["cpus_per_node"]),
+            # no default (the schema's minimum is 1): absent where the site does not state it
+            **({"cpus_per_node": int(checks["cpus_per_node"])} if "cpus_per_node" in checks
+               else {}),
         }},
     }
     if site.gpu:
