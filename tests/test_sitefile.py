@@ -34,7 +34,13 @@ def test_a_control_character_is_located_on_its_line_and_column(tmp_path: Path,
     the file's start and not 0-based."""
     message = _refused(tmp_path, b"name: x\ndescription: " + description
                        + b"\nfabric: ib \x07\n")
-    assert message.startswith("site.yaml:3:12: character 7 is not allowed"), message
+    assert message.startswith("site.yaml:3:12: control character U+0007 is not allowed"), message
+
+
+def test_a_character_yaml_refuses_is_named_by_its_code_point(tmp_path: Path) -> None:
+    """Not every character YAML refuses is a control character: U+FFFE is named as such."""
+    message = _refused(tmp_path, "name: x\ndescription: a\ufffe\n".encode())
+    assert message.startswith("site.yaml:2:15: character U+FFFE is not allowed"), message
 
 
 def test_a_repeated_key_names_both_lines(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ than :data:`MAX_BYTES` is refused before it is parsed.
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,14 @@ def _syntax_error(path: Path, err: MarkedYAMLError) -> UserError:
     return UserError(f"{where}: YAML syntax error: {problem}{context}")
 
 
+def _character(found: int | str) -> str:
+    """A character YAML refuses, as a reader of the error can tell which: ``control
+    character U+0007`` (ruamel.yaml's reader reports the code point as a bare ``7``)."""
+    code = found if isinstance(found, int) else ord(found)
+    kind = "control character" if unicodedata.category(chr(code)) == "Cc" else "character"
+    return f"{kind} U+{code:04X}"
+
+
 def parse(path: Path) -> tuple[dict[str, Any], dict, bytes]:
     """Read and parse a site file: (data, key path -> (line, column), raw bytes)."""
     raw = _read(path)
@@ -158,7 +167,7 @@ def parse(path: Path) -> tuple[dict[str, Any], dict, bytes]:
         pos = max(0, min(err.position, len(text)))
         line = text.count("\n", 0, pos) + 1
         column = pos - (text.rfind("\n", 0, pos) + 1) + 1
-        raise UserError(f"{_at(path, line, column)}: character {err.character!r} is not"
+        raise UserError(f"{_at(path, line, column)}: {_character(err.character)} is not"
                         " allowed in YAML (control characters other than tab and newline)"
                         ) from None
     except YAMLError as err:
