@@ -79,6 +79,27 @@ def test_site_without_jsonschema_is_reported_not_raised():
     assert "status='SKIP'" in proc.stdout and "pip install jsonschema" in proc.stdout
 
 
+def test_troubleshooting_quotes_the_skip_a_node_with_only_py_torch_mpi_prints():
+    """The quote stops at its ``...``; up to there it is what the doctor prints where
+    none of the loader's modules is installed (every one is named, not the first)."""
+    code = (
+        "import sys\n"
+        "for m in ('jsonschema', 'ruamel', 'ruamel.yaml', 'archspec', 'archspec.cpu'):\n"
+        "    sys.modules[m] = None\n"
+        "from torchmpi.doctor import site_env\n"
+        "got = site_env.load_expectation('derecho')\n"
+        "print(site_env.check_site_env(got, {}).detail)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    text = (Path(__file__).parent.parent / "docs" / "troubleshooting.md").read_text()
+    quoted = re.search(r"`SKIP site\.env  site <name> (.+?) \.\.\.`", text)
+    assert quoted, "docs/troubleshooting.md quotes no site.env SKIP"
+    printed = proc.stdout.strip().replace("site derecho ", "", 1)
+    assert printed.startswith(quoted.group(1)), (quoted.group(1), printed)
+
+
 # --- launcher-bound settings ---------------------------------------------------------------
 
 ALT_READ = {"FI_CXI_RDZV_PROTO": "alt_read"}
