@@ -146,7 +146,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("container/reframe/venv", "wrapper/torchmpi/container/descriptors.py",
            "                                                append_path=rt.append_path))",
            "                                                ))"),
-    Mutant("container/reframe/venv", "wrapper/torchmpi/container/plan.py",
+    Mutant("container/reframe/venv", "wrapper/torchmpi/checks/container.py",
            '    if rt == "shifter" and added:', '    if rt == "shifter" and not added:'),
     Mutant("container/reframe/venv", "wrapper/torchmpi/reframe.py",
            '        elif site.data["launcher"] == "pbs":',
@@ -169,8 +169,8 @@ MUTANTS: tuple[Mutant, ...] = (
            '                 "export PIP_CONSTRAINT\\n")', "                 )"),
     # --- rendering -------------------------------------------------------------------
     Mutant("render", "wrapper/torchmpi/output.py",
-           'fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=outdir)',
-           "tmp = str(outdir / name); fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)"),
+           'fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)',
+           "tmp = str(dest); fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)"),
     Mutant("render", "wrapper/torchmpi/output.py",
            "    return hashlib.sha256(body.encode()).hexdigest() != match.group(1)",
            "    return False"),
@@ -224,12 +224,13 @@ MUTANTS: tuple[Mutant, ...] = (
     # No +cuda_aware_mpi for torch 2.7.0-2.9.0 (both ends), nor when a GPU site is silent.
     Mutant("modules/pairs/torches", "wrapper/torchmpi/checks/torch_versions.py",
            "gap[0] <= vt <= gap[1]", "gap[0] <= vt < gap[1]"),
-    Mutant("modules/pairs/torches", "wrapper/torchmpi/torches.py",
-           'and bool(data["mpi"]["cuda_aware"]))', 'and True)'),
+    Mutant("modules/pairs/torches", "wrapper/torchmpi/cudaaware.py",
+           'return _gpu(data) and bool(data["mpi"]["cuda_aware"])', 'return _gpu(data) and True'),
     # The ProcessGroupMPI note on an Open MPI site, where the patch never runs.
     Mutant("modules/pairs/torches", "wrapper/torchmpi/torches.py",
-           '    return cuda_aware(data) and (data.get("mpi") or {}).get("kind") not in '
-           '_UNPATCHED_KINDS', '    return cuda_aware(data)'),
+           '    return (cudaaware.torch_variant(data)\n'
+           '            and (data.get("mpi") or {}).get("kind") not in _UNPATCHED_KINDS)',
+           '    return cudaaware.torch_variant(data)'),
     # Module names: py-torch-mpi named by its torch release, centre modules loaded.
     Mutant("modules/pairs/torches", "wrapper/torchmpi/modules.py",
            '"py-torch-mpi+cuda": "{name}/{^py-torch.version}-cuda{^cuda.version}"',

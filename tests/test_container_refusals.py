@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from support.sites import write_site
+from torchmpi import site as sitemod
+from torchmpi.checks import container as container_checks
 from torchmpi.cli import main
 from torchmpi.sitefile import parse
 
@@ -62,3 +64,33 @@ def test_a_late_container_refusal_names_the_keys_line(tmp_path: Path, capsys, na
     assert (int(found.group(1)), int(found.group(2))) == expected, err
     assert "allowed:" in err, err
     assert not out.exists()
+
+
+def test_every_late_refusal_is_reported_at_once(tmp_path: Path, capsys) -> None:
+    """Two container-only problems in one file: both named, each at its key's line, as
+    the load-time checks report every problem at once (the admin fixes both in one go)."""
+    def both(data: dict) -> None:
+        _set_prefix("/glade/u/apps/cray-mpich/8.1.27/ofi/gnu/9.1")(data)
+        _target("power9le")(data)
+
+    path = write_site(tmp_path / "sites", "derecho", both)
+    assert main(["container", str(path), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    _, lines, _ = parse(path)
+    for key, words in ((("mpi", "prefix"), "is not below /opt/cray"),
+                       (("target",), "no generic container target for ppc64le")):
+        line, column = lines[key]
+        assert f"{path}:{line}:{column}: {'.'.join(key)}: " in err and words in err, err
+
+
+@pytest.mark.parametrize("name, edit, key, words", CASES,
+                         ids=[f"{c[0]}-{'.'.join(c[2])}-{i}" for i, c in enumerate(CASES)])
+def test_a_container_only_refusal_is_no_load_time_one(tmp_path: Path, name, edit, key,
+                                                      words) -> None:
+    """docs/sites.md: a file one verb accepts no other rejects -- for the native path.
+    What only the container needs is asked by `torchmpi container` alone
+    (torchmpi.checks.container.for_container_verb), never by the loader."""
+    path = write_site(tmp_path / "sites", name, edit)
+    site = sitemod.load(str(path))  # every other verb loads it
+    found = container_checks.for_container_verb(site.data)
+    assert [k for k, _ in found] == [key] and words in found[0][1], found

@@ -23,7 +23,8 @@ from typing import Any
 
 from torchmpi import cudaaware, detect, gpuvendor, paths, runtime
 from torchmpi.autokeys import AUTO_KEYS, LOCAL, auto_keys
-from torchmpi.checks import refusal, validate
+from torchmpi.checks import refusals, validate
+from torchmpi.checks.common import Problem
 from torchmpi.checks.gpu import cuda_archs
 from torchmpi.checks.schema import fill_defaults
 from torchmpi.errors import UserError
@@ -45,10 +46,10 @@ class Site:
     #: Keys the local site may set to ``auto`` (see :data:`AUTO_KEYS`).
     auto_keys = AUTO_KEYS
 
-    def refuse(self, key_path: tuple, msg: str) -> UserError:
-        """A refusal at ``key_path``'s line and column in the site file, worded as the
-        load-time checks word theirs (:func:`torchmpi.checks.refusal`)."""
-        return refusal(self.path, self.lines, key_path, msg)
+    def refuse(self, found: list[Problem], what: str) -> UserError:
+        """Problems a verb finds (``torchmpi container``'s), each at its key's line and
+        column, worded as the load-time checks word theirs (:func:`torchmpi.checks.refusals`)."""
+        return refusals(self.path, self.lines, found, what)
 
     @property
     def is_local(self) -> bool:

@@ -100,13 +100,25 @@ def _where(lines: dict, key_path: tuple) -> tuple[int, int]:
 
 
 def refusal(path: Path, lines: dict, key_path: tuple, msg: str) -> UserError:
-    """One refusal worded as :func:`validate` words each: ``file:line:column: key: msg``.
-
-    For what a verb finds only when it needs it (``torchmpi container``'s GTL
-    directory, its CE netstack artifact): the admin still gets the key's line.
-    """
+    """One refusal worded as :func:`validate` words each: ``file:line:column: key: msg``."""
     line, column = _where(lines, key_path)
     return UserError(f"{path}:{line}:{column}: {_fmt_path(key_path)}: {msg}")
+
+
+def refusals(path: Path, lines: dict, found: list[Problem],
+             what: str = "invalid site file") -> UserError:
+    """Every problem at once, in file order, each as ``file:line:column: key: msg``.
+
+    :func:`validate` raises it for what every verb refuses; ``torchmpi container``
+    for what only it needs (:func:`torchmpi.checks.container.for_container_verb`),
+    so the admin gets each key's line either way.
+    """
+    unique = sorted(set(found), key=lambda p: (_where(lines, p[0]), p[1]))
+    out = []
+    for key_path, msg in unique:
+        line, column = _where(lines, key_path)
+        out.append(f"{path}:{line}:{column}: {_fmt_path(key_path)}: {msg}")
+    return UserError(f"{what}\n  " + "\n  ".join(out))
 
 
 def validate(path: Path, data: dict[str, Any], lines: dict, build_rules: bool = True) -> None:
@@ -124,11 +136,5 @@ def validate(path: Path, data: dict[str, Any], lines: dict, build_rules: bool = 
         msg = (f"name {data['name']!r} differs from the file name {path.stem!r};"
                " allowed: the file name without .yaml")
         found = [(("name",), msg)]
-    if not found:
-        return
-    out = []
-    unique = sorted(set(found), key=lambda p: (_where(lines, p[0]), p[1]))
-    for key_path, msg in unique:
-        line, column = _where(lines, key_path)
-        out.append(f"{path}:{line}:{column}: {_fmt_path(key_path)}: {msg}")
-    raise UserError("invalid site file\n  " + "\n  ".join(out))
+    if found:
+        raise refusals(path, lines, found)

@@ -1,23 +1,59 @@
-"""``container``: a runtime the site's MPI or fabric cannot serve.
+"""``container``: what the site's container runtime cannot serve, in two kinds.
 
-Found at load, so every verb refuses the file alike (docs/sites.md: a file one
-verb accepts no other rejects).
+* :func:`problems`, at load: a runtime the site's MPI or fabric cannot serve.
+  Every verb refuses the file alike (docs/sites.md: a file one verb accepts no
+  other rejects).
+* :func:`for_container_verb`, asked by ``torchmpi container`` alone: what only an
+  image or its run-time descriptor needs (a ``container`` key at all, a generic
+  target, the NCCL pair the runtime's plugin was vouched with, a CE netstack
+  artifact, Cray MPICH's /opt/cray root and GTL directory for a bind model).
+  The native environment needs none of it, so a site that fails one still
+  renders, concretizes and loads for the doctor.
+
+Both return ``(key path, message)`` pairs, reported as ``file:line:column: key:``
+with what is allowed (:func:`torchmpi.checks.refusals`).  The runtime data the
+rules read (which runtimes inject what, the CE netstack artifacts) lives here, and
+:mod:`torchmpi.container.plan` reads it from here.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from torchmpi import cudaaware, pairs, runtime
 from torchmpi.checks.common import Problem
 
+#: ``container.runtime`` values (site.schema.json lists the same).
+RUNTIMES = ("ce", "podman-hpc", "shifter", "apptainer", "podman")
 #: Container runtimes whose descriptor binds the host's Cray MPICH (lib-abi-mpich)
 #: and libfabric into the image (NCAR's apptainer bind model, NERSC's podman-hpc
-#: ``--mpi`` and shifter's MPICH module); the same list as
-#: :data:`torchmpi.container.INJECTS_CRAY` (tests/test_checks_rules.py checks it).
+#: ``--mpi`` and shifter's MPICH module).
 INJECTS_CRAY = ("podman-hpc", "shifter", "apptainer")
-#: ``mpi.kind`` values apptainer also binds from the host (a centre's own Open MPI
-#: at ``mpi.prefix``); the same list as :data:`torchmpi.container.APPTAINER_HOST_MPI`.
+#: ``mpi.kind`` values apptainer also binds from the host: a centre's own Open MPI
+#: (``mpi.prefix``), bound over an image Open MPI of the same release, the bind
+#: model of Apptainer's user guide ("Apptainer and MPI applications": the host's
+#: MPI mounted into the container, which must be compatible with it), launched by
+#: the centre's srun or mpirun as its MPI docs say.
 APPTAINER_HOST_MPI = ("openmpi",)
+#: Runtimes that inject an aws-ofi-nccl plugin of their own: the image's NCCL
+#: must be the release that plugin was vouched with, so the site pins the pair.
+INJECTS_PLUGIN = {
+    "ce": "the CE aws_ofi_nccl hook mounts CSCS's plugin",
+    "shifter": "shifter's nccl-plugin module mounts NERSC's plugin",
+    "apptainer": "the wrapper binds the site's native aws-ofi-nccl",
+}
+#: CE network stack artifacts as CSCS lists them (eth-cscs/cscs-docs
+#: docs/software/container-engine/resource-hook.md, "Selecting network stack
+#: artifacts", 26.05.1 on GH200): version -> named variants, the vCluster's
+#: ``default`` first.  Without ``com.hooks.netstack.version``/``name`` the hook takes
+#: ``latest`` and ``default``, which move when CSCS publishes a new artifact: the EDF
+#: pins the artifact that carries the image's aws-ofi-nccl.
+NETSTACK_ARTIFACTS: dict[str, tuple[str, ...]] = {
+    "26.05.1": ("gpu:cuda13,cxi:12.0.1,ofi:2.5.1,aws:1.18.0+dl",
+                "gpu:cuda13,cxi:13.1.0,ofi:2.5.1,aws:1.18.0+dl",
+                "gpu:cuda13,cxi:14.0.0,ofi:2.5.1,aws:1.18.0+dl"),
+}
 
 def _container(data: dict[str, Any]) -> list[Problem]:
     """A ``container.runtime`` the site's MPI or fabric cannot serve.
@@ -65,3 +101,135 @@ def _container(data: dict[str, Any]) -> list[Problem]:
 def problems(data: dict[str, Any], build: bool) -> list[Problem]:
     """Applied by every loader, an installed tool's doctor included."""
     return _container(data)
+
+
+# -- asked by `torchmpi container` alone --------------------------------------------------
+
+def pinned_pair(data: dict[str, Any]) -> dict[str, str]:
+    """The NCCL pair the image is pinned to: ``container.nccl``, else the site's ``nccl``."""
+    return dict((data.get("container") or {}).get("nccl") or data.get("nccl") or {})
+
+
+def netstack_artifact(plugin: str | None) -> tuple[str, str] | None:
+    """(version, name) of the newest recorded CE netstack artifact carrying ``plugin``,
+    dynamically linked to CUDA (``+dl``: "portable across versions", resource-hook.md)."""
+    for version in sorted(NETSTACK_ARTIFACTS, reverse=True):
+        for name in NETSTACK_ARTIFACTS[version]:
+            if f"aws:{plugin}+dl" in name.split(","):
+                return version, name
+    return None
+
+
+def cray_root(data: dict[str, Any]) -> Path | None:
+    """The host's root that ``mpi.prefix``'s ``opt/cray`` sits in: ``/`` on a site,
+    a test's stand-in tree below a tmp directory (tests/cray_ex.py); None off /opt/cray."""
+    prefix = Path(data["mpi"]["prefix"])
+    for parent in prefix.parents:
+        if parent.name == "cray" and parent.parent.name == "opt":
+            return parent.parent.parent
+    return None
+
+
+def gtl_dir(data: dict[str, Any]) -> str | None:
+    """Cray MPICH's GTL directory: ``<mpich root>/<version>/gtl/lib`` above ``mpi.prefix``
+    (None: no directory there is named after ``mpi.version``).
+
+    Both NCAR (``/opt/cray/pe/mpich/${CRAY_MPICH_VERSION}/gtl/lib``, NCAR/hpc-demos
+    containers/tutorial/apptainer/FastEddy/run_fasteddy_container.pbs) and Cray's
+    module layout put it beside the ``ofi/<compiler>/<ver>`` prefix.
+    """
+    mpi = data["mpi"]
+    prefix = Path(mpi["prefix"])
+    for parent in (prefix, *prefix.parents):
+        if parent.name == str(mpi.get("version")):
+            return str(parent / "gtl" / "lib")
+    return None
+
+
+def _target(data: dict[str, Any]) -> list[Problem]:
+    """An image is built for a family-generic target: x86_64 or aarch64 only."""
+    import archspec.cpu
+
+    name = str(data["target"])
+    target = archspec.cpu.TARGETS.get(name)
+    if target is None:
+        return [(("target",), (f"{name!r} is not an archspec target; allowed: an archspec"
+                               " name (`spack arch -t` on a compute node prints it)"))]
+    if str(target.family) not in ("x86_64", "aarch64"):
+        return [(("target",), (f"{name}: no generic container target for {target.family};"
+                               " allowed: an x86_64 or aarch64 target"))]
+    return []
+
+
+def _pair(data: dict[str, Any], rt: str) -> list[Problem]:
+    """The NCCL pair a runtime's injected plugin needs, vouched, and on CE an artifact."""
+    box = data["container"]
+    nccl = pinned_pair(data)
+    vouched = [(p.nccl, p.plugin) for p in pairs.vouched()]
+    listed = ", ".join(f"{n}+{p}" for n, p in vouched)
+    if rt in INJECTS_PLUGIN and data["fabric"] == "slingshot" and not nccl.get("plugin"):
+        return [(("container", "runtime"), (
+            f"{INJECTS_PLUGIN[rt]} at run time, so the image's NCCL must be the release"
+            " that plugin was vouched with; allowed: the pair pinned (container.nccl:"
+            f" {{version: X, plugin: Y}}, or the site's nccl:), one of: {listed}"))]
+    key = ("container", "nccl") if box.get("nccl") else ("nccl",)
+    if nccl.get("plugin") and (nccl["version"], nccl["plugin"]) not in vouched:
+        return [(key, (
+            f"NCCL {nccl['version']} with aws-ofi-nccl {nccl['plugin']} is not a vouched"
+            f" pair (nccl-ss11 VOUCHED_PAIRS, docs/design.md); allowed: {listed}"))]
+    if rt == "ce" and netstack_artifact(nccl.get("plugin")) is None:
+        known = "; ".join(f"{v}: {', '.join(n)}" for v, n in NETSTACK_ARTIFACTS.items())
+        return [((*key, "plugin"), (
+            f"aws-ofi-nccl {nccl.get('plugin')} is in no recorded CE netstack artifact, so"
+            " the EDF cannot pin one that loads the image's pair; allowed: a pair whose"
+            f" plugin one carries ({known}; eth-cscs/cscs-docs"
+            " docs/software/container-engine/resource-hook.md)"))]
+    return []
+
+
+def _bind_model(data: dict[str, Any], rt: str) -> list[Problem]:
+    """What binding the host's Cray MPICH needs of ``mpi.prefix``: its /opt/cray root,
+    and on a CUDA-aware site the GTL directory beside it."""
+    host_mpi = rt == "apptainer" and data["mpi"]["kind"] in APPTAINER_HOST_MPI
+    if rt not in ("podman-hpc", "apptainer") or host_mpi:
+        return []  # shifter's modules bind Cray's tree; a centre's Open MPI is bound as is
+    prefix = data["mpi"]["prefix"]
+    out: list[Problem] = []
+    if cray_root(data) is None:
+        out.append((("mpi", "prefix"), (
+            f"{prefix} is not below /opt/cray; container.runtime {rt} binds the host's"
+            " /opt/cray (Cray MPICH and what it NEEDs) as NCAR and NERSC do; allowed:"
+            " Cray MPICH's prefix under /opt/cray")))
+    if cudaaware.torch_variant(data) and gtl_dir(data) is None:
+        out.append((("mpi", "prefix"), (
+            f"{prefix} has no directory named after mpi.version"
+            f" {data['mpi'].get('version')!r}, so the GTL library (<root>/<version>/gtl/lib)"
+            f" cannot be derived for container.runtime {rt}; allowed: Cray MPICH's prefix"
+            " below its version's directory, e.g. /opt/cray/pe/mpich/8.1.27/ofi/gnu/9.1")))
+    return out
+
+
+def for_container_verb(data: dict[str, Any]) -> list[Problem]:
+    """What ``torchmpi container`` cannot render, on data the loader accepted.
+
+    Never applied at load: the native environment needs none of it.
+    """
+    box = data.get("container")
+    if not isinstance(box, dict):
+        return [(("container",), (
+            "missing: `torchmpi container` renders the site's container runtime; allowed:"
+            f" container: {{runtime: R}} with R one of {', '.join(RUNTIMES)}"
+            " (docs/containers.md)"))]
+    rt = box["runtime"]
+    out = _target(data)
+    added = [op for op in runtime.PATH_OPS if getattr(runtime.resolve(data), op)]
+    if rt == "shifter" and added:
+        # shifter_setupenv puts the image's ENV over the job's environment
+        # (NERSC/shifter src/shifter_core.c), so a directory added on the host to a
+        # list the image sets (PATH, LD_LIBRARY_PATH) would be dropped without a word.
+        out.append((("runtime", added[0]), (
+            "shifter replaces a list the image sets with the image's value, so the"
+            " descriptor cannot add to it; allowed: no runtime.prepend_path/append_path"
+            " with shifter (an admin adds it with a shifter module's siteEnvPrepend or"
+            " siteEnvAppend, udiRoot.conf), or container.runtime podman-hpc")))
+    return out + _pair(data, rt) + _bind_model(data, rt)

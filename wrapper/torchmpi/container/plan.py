@@ -1,10 +1,12 @@
 """What a site's container image carries and what the host injects at run time.
 
-:func:`plan` decides it from the site, before any file is built, and refuses
-what the runtime cannot serve (each refusal names the site file and key).  The
-constants say what each centre's runtime binds, with the centre's own run line
-or module file as the source; the image's layout and base images are here too,
-as every part of the container output reads them.
+:func:`plan` decides it from the site, before any file is built, once
+:func:`torchmpi.checks.container.for_container_verb` found nothing the runtime
+cannot serve (its refusals name the site file, line and key; which runtime
+injects what is data there).  The constants say what each centre's runtime
+binds, with the centre's own run line or module file as the source; the
+image's layout and base images are here too, as every part of the container
+output reads them.
 """
 
 from __future__ import annotations
@@ -16,12 +18,18 @@ from typing import Any
 
 import yaml
 
-from torchmpi import pairs, runtime
+from torchmpi import pairs
+from torchmpi.checks import container as checks
+from torchmpi.checks.container import (  # noqa: F401 (re-exported by torchmpi.container)
+    APPTAINER_HOST_MPI,
+    INJECTS_CRAY,
+    INJECTS_PLUGIN,
+    NETSTACK_ARTIFACTS,
+    RUNTIMES,
+)
 from torchmpi.checks.schema import site_schema
+from torchmpi.errors import InternalError
 from torchmpi.site import Site
-
-#: ``container.runtime`` values (site.schema.json lists the same).
-RUNTIMES = ("ce", "podman-hpc", "shifter", "apptainer", "podman")
 
 #: In-image layout, Spack's containerize conventions (lib/spack/spack/container at v1.1.0).
 ENV_DIR = "/opt/spack-environment"
@@ -94,33 +102,6 @@ DEFAULT_OS: str = site_schema()["properties"]["container"]["properties"]["os"]["
 #: (eth-cscs/cscs-docs docs/software/container-engine/resource-hook.md).
 CE_HOOK_VARIANT = "cuda-dl"
 
-#: CE network stack artifacts as CSCS lists them (eth-cscs/cscs-docs
-#: docs/software/container-engine/resource-hook.md, "Selecting network stack
-#: artifacts", 26.05.1 on GH200): version -> named variants, the vCluster's
-#: ``default`` first.  Without ``com.hooks.netstack.version``/``name`` the hook takes
-#: ``latest`` and ``default``, which move when CSCS publishes a new artifact: the EDF
-#: pins the artifact that carries the image's aws-ofi-nccl.
-NETSTACK_ARTIFACTS: dict[str, tuple[str, ...]] = {
-    "26.05.1": ("gpu:cuda13,cxi:12.0.1,ofi:2.5.1,aws:1.18.0+dl",
-                "gpu:cuda13,cxi:13.1.0,ofi:2.5.1,aws:1.18.0+dl",
-                "gpu:cuda13,cxi:14.0.0,ofi:2.5.1,aws:1.18.0+dl"),
-}
-
-#: Runtimes that inject an aws-ofi-nccl plugin of their own: the image's NCCL
-#: must be the release that plugin was vouched with, so the site pins the pair.
-INJECTS_PLUGIN = {
-    "ce": "the CE aws_ofi_nccl hook mounts CSCS's plugin",
-    "shifter": "shifter's nccl-plugin module mounts NERSC's plugin",
-    "apptainer": "the wrapper binds the site's native aws-ofi-nccl",
-}
-#: Runtimes that inject the host's Cray MPICH (lib-abi-mpich) and libfabric.
-INJECTS_CRAY = ("podman-hpc", "shifter", "apptainer")
-#: ``mpi.kind`` values apptainer also binds from the host: a centre's own Open MPI
-#: (``mpi.prefix``), bound over an image Open MPI of the same release, the bind
-#: model of Apptainer's user guide ("Apptainer and MPI applications": the host's
-#: MPI mounted into the container, which must be compatible with it), launched by
-#: the centre's srun or mpirun as its MPI docs say.
-APPTAINER_HOST_MPI = ("openmpi",)
 #: In ``Plan.lib_path``: the host's LD_LIBRARY_PATH at launch (what the centre's
 #: MPI, UCX and CUDA modules put there), expanded by the wrapper, not here.
 HOST_LD_PATH = "${LD_LIBRARY_PATH:-}"
@@ -160,17 +141,10 @@ def generic_target(site: Site) -> str:
     """
     import archspec.cpu
 
-    name = str(site.data["target"])
-    target = archspec.cpu.TARGETS.get(name)
-    if target is None:
-        raise site.refuse(("target",), f"{name!r} is not an archspec target; allowed: an"
-                          " archspec name (`spack arch -t` on a compute node prints it)")
-    family = str(target.family)
-    if family == "aarch64":
+    # an archspec name of the x86_64 or aarch64 family (checks.container)
+    target = archspec.cpu.TARGETS[str(site.data["target"])]
+    if str(target.family) == "aarch64":
         return "aarch64"
-    if family != "x86_64":
-        raise site.refuse(("target",), f"{name}: no generic container target for {family};"
-                          " allowed: an x86_64 or aarch64 target")
     for level in ("x86_64_v3", "x86_64_v2"):
         generic = archspec.cpu.TARGETS[level]
         if target == generic or generic in target.ancestors:
@@ -178,97 +152,23 @@ def generic_target(site: Site) -> str:
     return "x86_64"
 
 
-def vouched_pairs() -> list[tuple[str, str]]:
-    """(NCCL, aws-ofi-nccl) of every vouched pair, from :func:`torchmpi.pairs.vouched`."""
-    return [(p.nccl, p.plugin) for p in pairs.vouched()]
-
-
-def _gtl_dir(site: Site) -> str:
-    """Cray MPICH's GTL directory: ``<mpich root>/<version>/gtl/lib`` above ``mpi.prefix``.
-
-    Both NCAR (``/opt/cray/pe/mpich/${CRAY_MPICH_VERSION}/gtl/lib``, NCAR/hpc-demos
-    containers/tutorial/apptainer/FastEddy/run_fasteddy_container.pbs) and Cray's
-    module layout put it beside the ``ofi/<compiler>/<ver>`` prefix.
-    """
-    mpi = site.data["mpi"]
-    prefix = Path(mpi["prefix"])
-    for parent in (prefix, *prefix.parents):
-        if parent.name == str(mpi.get("version")):
-            return str(parent / "gtl" / "lib")
-    raise site.refuse(("mpi", "prefix"), (
-        f"{prefix} has no directory named after mpi.version {mpi.get('version')!r}, so the"
-        " GTL library (<root>/<version>/gtl/lib) cannot be derived for container.runtime"
-        f" {site.data['container']['runtime']}; allowed: Cray MPICH's prefix below its"
-        " version's directory, e.g. /opt/cray/pe/mpich/8.1.27/ofi/gnu/9.1"))
-
-
-def _cray_root(site: Site) -> Path:
-    """The host's root that ``mpi.prefix``'s ``opt/cray`` sits in: ``/`` on a site,
-    a test's stand-in tree below a tmp directory (tests/cray_ex.py)."""
-    prefix = Path(site.data["mpi"]["prefix"])
-    for parent in prefix.parents:
-        if parent.name == "cray" and parent.parent.name == "opt":
-            return parent.parent.parent
-    raise site.refuse(("mpi", "prefix"), (
-        f"{prefix} is not below /opt/cray; container.runtime"
-        f" {site.data['container']['runtime']} binds the host's /opt/cray (Cray MPICH and"
-        " what it NEEDs) as NCAR and NERSC do; allowed: Cray MPICH's prefix under /opt/cray"))
-
-
-def _netstack(site: Site, plugin: str | None) -> tuple[str, str]:
-    """(version, name) of the newest recorded CE netstack artifact carrying ``plugin``,
-    dynamically linked to CUDA (``+dl``: "portable across versions", resource-hook.md)."""
-    for version in sorted(NETSTACK_ARTIFACTS, reverse=True):
-        for name in NETSTACK_ARTIFACTS[version]:
-            if f"aws:{plugin}+dl" in name.split(","):
-                return version, name
-    known = "; ".join(f"{v}: {', '.join(n)}" for v, n in NETSTACK_ARTIFACTS.items())
-    key = ("container", "nccl", "plugin") if site.data["container"].get("nccl") \
-        else ("nccl", "plugin")
-    raise site.refuse(key, (
-        f"aws-ofi-nccl {plugin} is in no recorded CE netstack artifact, so the EDF cannot"
-        f" pin one that loads the image's pair; allowed: a pair whose plugin one carries"
-        f" ({known}; eth-cscs/cscs-docs docs/software/container-engine/resource-hook.md)"))
-
-
 def plan(site: Site) -> Plan:
-    """Decide the image and the injection, or refuse with the reason (nothing is written)."""
+    """Decide the image and the injection, or refuse with every reason (nothing is written).
+
+    A runtime the site's MPI or fabric cannot serve was refused at load, by every
+    verb alike; what only an image needs is refused here, before anything is decided
+    (:func:`torchmpi.checks.container.for_container_verb`).
+    """
+    found = checks.for_container_verb(site.data)
+    if found:
+        raise site.refuse(found, "the site file cannot be rendered as a container")
     d = site.data
-    box = d.get("container")
-    if not isinstance(box, dict):
-        raise site.refuse(("container",), (
-            "missing: `torchmpi container` renders the site's container runtime; allowed:"
-            f" container: {{runtime: R}} with R one of {', '.join(RUNTIMES)}"
-            " (docs/containers.md)"))
+    box = d["container"]
     rt = box["runtime"]
     fabric, kind = d["fabric"], d["mpi"]["kind"]
     cuda_aware = site.torch_cuda_aware
-    # A runtime the site's MPI or fabric cannot serve was refused at load, by every
-    # verb alike (torchmpi.checks.container), and Slingshot needs a gpu (the schema).
     host_mpi = rt == "apptainer" and kind in APPTAINER_HOST_MPI
-    values = site.runtime
-    added = [op for op in runtime.PATH_OPS if getattr(values, op)]
-    if rt == "shifter" and added:
-        # shifter_setupenv puts the image's ENV over the job's environment
-        # (NERSC/shifter src/shifter_core.c), so a directory added on the host to a
-        # list the image sets (PATH, LD_LIBRARY_PATH) would be dropped without a word.
-        raise site.refuse(("runtime", added[0]), (
-            "shifter replaces a list the image sets with the image's value, so the"
-            " descriptor cannot add to it; allowed: no runtime.prepend_path/append_path"
-            " with shifter (an admin adds it with a shifter module's siteEnvPrepend or"
-            " siteEnvAppend, udiRoot.conf), or container.runtime podman-hpc"))
-    nccl = dict(box.get("nccl") or d.get("nccl") or {})
-    if rt in INJECTS_PLUGIN and fabric == "slingshot" and not nccl.get("plugin"):
-        raise site.refuse(("container", "runtime"), (
-            f"{INJECTS_PLUGIN[rt]} at run time, so the image's NCCL must be the release"
-            " that plugin was vouched with; allowed: the pair pinned (container.nccl:"
-            " {version: X, plugin: Y}, or the site's nccl:), one of:"
-            f" {', '.join(f'{n}+{p}' for n, p in vouched_pairs())}"))
-    if nccl.get("plugin") and (nccl["version"], nccl["plugin"]) not in vouched_pairs():
-        raise site.refuse(("container", "nccl") if box.get("nccl") else ("nccl",), (
-            f"NCCL {nccl['version']} with aws-ofi-nccl {nccl['plugin']} is not a vouched"
-            " pair (nccl-ss11 VOUCHED_PAIRS, docs/design.md); allowed:"
-            f" {', '.join(f'{n}+{p}' for n, p in vouched_pairs())}"))
+    nccl = checks.pinned_pair(d)
     if fabric == "slingshot":
         # Where nothing injects a plugin (podman-hpc) the image's own one runs on
         # Slingshot: the pair is chosen as for the native environment
@@ -285,14 +185,12 @@ def plan(site: Site) -> Plan:
         mpi = f"{kind}@{d['mpi']['version']}"
     elif kind in ("openmpi-cuda", "openmpi"):
         mpi = kind
-    else:
-        raise site.refuse(("mpi", "kind"), (
-            f"{kind} has no container stand-in; allowed: cray-mpich, openmpi-cuda or"
-            " openmpi (refused at load already: torchmpi.checks.container)"))
+    else:  # refused at load (torchmpi.checks.container): a check let it through
+        raise InternalError(f"mpi.kind {kind}: no container stand-in, yet the site loaded")
     out = Plan(runtime=rt, target=generic_target(site), os=box["os"],
                mpi=mpi, nccl=nccl)
     if rt == "ce":
-        out.netstack = _netstack(site, nccl.get("plugin"))
+        out.netstack = checks.netstack_artifact(nccl.get("plugin"))
         if cuda_aware:
             out.env.update(CE_HMEM)
     if host_mpi:
@@ -302,7 +200,8 @@ def plan(site: Site) -> Plan:
         # every RUNPATH and link inside it resolves as on the host; the host's
         # /usr/lib64 last (run_fasteddy_container.pbs).  Under a test's stand-in root
         # the same layout sits below that root.
-        root = _cray_root(site)
+        root = checks.cray_root(d)
+        assert root is not None  # checks.container refused a prefix off /opt/cray
 
         def inside(host: str) -> str:
             return "/" + str(Path(host).relative_to(root))
@@ -320,7 +219,7 @@ def plan(site: Site) -> Plan:
                 out.lib_path.append(f"{HOST_MOUNT}/libfabric")
         out.lib_path.extend(CRAY_LD_DIRS[1:])
         if cuda_aware:
-            gtl = inside(_gtl_dir(site))
+            gtl = inside(str(checks.gtl_dir(d)))  # checks.container: it is derivable
             out.lib_path.append(gtl)
             # What GTL leaves undefined, loaded first as the native preload does
             # (gtl_preload.preload: driver, C++ runtime, CUDA runtime, GTL): C++
