@@ -13,6 +13,7 @@ conclusions.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -236,14 +237,28 @@ def test_preload_import_goes_after_docstring_and_future(tmp_path) -> None:
     assert "GTL = '/x/libmpi_gtl_cuda.so'" in (pkg / "_torchmpi_gtl.py").read_text()
 
 
-def test_preload_digest_is_recorded_in_the_package() -> None:
-    """Spack's package hash covers package.py only: the preload's sha256 is
-    written there, so a change to it is a new py-torch (and py-mpi4py) build."""
-    import hashlib
-    import re
-
-    package = (ROOT / "spack_repo/torchmpi/packages/py_torch/package.py").read_text()
-    recorded = re.search(r'^GTL_PRELOAD_SHA256 = "([0-9a-f]{64})"$', package, re.MULTILINE)
-    assert recorded, "GTL_PRELOAD_SHA256 missing from py_torch/package.py"
-    assert recorded.group(1) == hashlib.sha256(gtl_preload.PATH.read_bytes()).hexdigest(), (
-        "gtl_preload.py changed: update GTL_PRELOAD_SHA256 in py_torch/package.py")
+def test_preload_reaches_the_build_as_a_patch(tmp_path) -> None:
+    """Spack's package hash covers package.py and its patch files, not the modules it
+    imports: the preload reaches py-torch and py-mpi4py as a patch that creates it in
+    the stage (``py_torch/as_patch.py`` writes it from gtl_preload.py), so ``spack
+    spec`` shows it (``patches=``) and a change to it is a new build of each.  Each
+    package's copy must be this module exactly, applied as Spack applies patches
+    (``patch -p1``), with its sha256 in that package.py (the stale patch index), and
+    no hand-kept digest of the module itself remains."""
+    as_patch = gtl_preload.as_patch()
+    gtl = as_patch.GTL_PRELOAD
+    for package in gtl.packages:
+        package_dir = gtl_preload.PACKAGES / package
+        patch_file = package_dir / gtl.patch
+        assert patch_file.is_file() and patch_file.read_text() == as_patch.expected(gtl), (
+            f"gtl_preload.py changed: run python {gtl_preload.AS_PATCH.relative_to(ROOT)}")
+        recorded = gtl.sha_line.search((package_dir / "package.py").read_text())
+        assert recorded and recorded.group(2) == as_patch.sha256(gtl) == hashlib.sha256(
+            patch_file.read_bytes()).hexdigest(), (
+            f"{package}/package.py: run python {gtl_preload.AS_PATCH.relative_to(ROOT)}")
+        stage = tmp_path / package
+        stage.mkdir()
+        subprocess.run(["patch", "-s", "-p1", "-i", str(patch_file)], cwd=stage, check=True)
+        assert (stage / gtl.staged).read_bytes() == gtl_preload.PATH.read_bytes()
+    torch_package = (gtl_preload.PACKAGES / "py_torch" / "package.py").read_text()
+    assert "GTL_PRELOAD_SHA256" not in torch_package and "_check_digest" not in torch_package

@@ -476,20 +476,37 @@ def test_cray_gtl_is_not_linked(spack, cray_installed: Path) -> None:
 def test_cray_install_loads_gtl_first(spack, cray_installed: Path, name: str,
                                       package: str) -> None:
     """The package's own post-install step, run on its fake prefix with a
-    stand-in ``__init__.py``: the package then imports ``_torchmpi_gtl`` first,
-    which names the GTL of the DAG's cray-mpich (its ``gtl/lib``)."""
+    stand-in ``__init__.py``: without the spec's patches in its stage it stops the
+    install, naming the patch; with torchmpi's applied as Spack applies them (found
+    through the patch index by the sha256 the spec records), the package imports
+    ``_torchmpi_gtl`` first, which is the staged preload naming the GTL of the
+    DAG's cray-mpich (its ``gtl/lib``)."""
     code = (
-        "import os, sys, spack.environment as ev\n"
+        "import os, shutil, sys, spack.environment as ev, spack.patch\n"
+        "from spack.error import InstallError\n"
         "env = ev.active_environment()\n"
         "spec = next(s for s in env.all_specs() if s.name == sys.argv[1])\n"
         "site = os.path.join(spec.prefix, 'lib', 'python3', 'site-packages', sys.argv[2])\n"
         "os.makedirs(site, exist_ok=True)\n"
         "with open(os.path.join(site, '__init__.py'), 'w') as f:\n"
         "    f.write('\"\"\"stand-in\"\"\"\\nVERSION = 1\\n')\n"
+        "source = spec.package.stage.source_path\n"
+        "shutil.rmtree(source, ignore_errors=True)\n"
+        "os.makedirs(source)\n"
+        "try:\n"
+        "    spec.package.load_gtl_at_import()\n"
+        "except InstallError as error:\n"
+        "    print('UNPATCHED', error)\n"
+        "for patch in spec.patches:  # torchmpi's (builtin's target the real source)\n"
+        "    if '/torchmpi/packages/' in patch.path:\n"
+        "        spack.patch.apply_patch(source, patch.path, patch.level, patch.working_dir)\n"
         "spec.package.load_gtl_at_import()\n"
+        "spec.package.stage.destroy()\n"
         "print('SITE', site)\n"
     )
     out = spack.python(code, name, package, env_dir=cray_installed).stdout
+    unpatched = next(line for line in out.splitlines() if line.startswith("UNPATCHED "))
+    assert "torchmpi-gtl-preload.patch was not applied" in unpatched, unpatched
     site = Path(next(line for line in out.splitlines() if line.startswith("SITE ")).split()[1])
     lines = (site / "__init__.py").read_text().splitlines()
     assert lines[1].startswith(f"from {package} import _torchmpi_gtl"), lines
@@ -954,20 +971,28 @@ def test_cuda_aware_mpi_only_on_versions_the_fixtures_cover(torch_class_facts) -
 
 
 def test_spack_spec_shows_the_patcher(spack, cray_env: Path, cray_dag: Dag) -> None:
-    """The patcher reaches the build as a patch file (py_torch/as_patch.py), so
-    its sha256 is in the concrete spec's ``patches`` (and hence in py-torch's
-    hash: Spack's ``content_hash`` digests each patch applied), and ``spack
-    spec`` prints it: a changed patcher is a new py-torch, visible as such."""
+    """The patcher and the GTL preload reach the build as patch files
+    (py_torch/as_patch.py), so their sha256 are in the concrete spec's ``patches``
+    (and hence in the hash: Spack's ``content_hash`` digests each patch applied),
+    and ``spack spec`` prints them: py-torch carries both, torchmpi's py-mpi4py the
+    preload; a changed patcher or preload is a new build, visible as such."""
     import hashlib
 
-    patch_file = ROOT / "spack_repo/torchmpi/packages/py_torch/torchmpi-patcher.patch"
-    digest = hashlib.sha256(patch_file.read_bytes()).hexdigest()
-    assert digest in (cray_dag.variant("py-torch", "patches") or []), cray_dag.one("py-torch")
+    def digest(package: str, name: str) -> str:
+        path = ROOT / "spack_repo/torchmpi/packages" / package / name
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    shown = {"py-torch": (digest("py_torch", "torchmpi-patcher.patch"),
+                          digest("py_torch", "torchmpi-gtl-preload.patch")),
+             "py-mpi4py": (digest("py_mpi4py", "torchmpi-gtl-preload.patch"),)}
     # No argument: the environment's concrete roots, as locked (no new solve).
     out = spack.run("-e", str(cray_env), "spec", check=True).stdout
-    torch_lines = [line for line in out.splitlines() if re.search(r"\bpy-torch@", line)]
-    assert torch_lines and all(f"patches:={digest[:7]}" in line or f"patches={digest[:7]}" in line
-                               for line in torch_lines), torch_lines
+    for name, digests in shown.items():
+        recorded = cray_dag.variant(name, "patches") or []
+        assert set(digests) <= set(recorded), (name, cray_dag.one(name))
+        lines = [line for line in out.splitlines() if re.search(rf"\b{name}@", line)]
+        assert lines and all(f"patches:={d[:7]}" in line or f"patches={d[:7]}" in line
+                             or f",{d[:7]}" in line for line in lines for d in digests), lines
 
 
 # --- aws-ofi-nccl: NCCL_NET by the plugin's version -----------------------------

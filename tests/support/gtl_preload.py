@@ -18,8 +18,14 @@ from types import ModuleType
 
 from support import ROOT, cray_ex
 
+#: torchmpi's Spack package directories.
+PACKAGES = ROOT / "spack_repo" / "torchmpi" / "packages"
+
 #: The preload py-torch installs into its package.
-PATH = ROOT / "spack_repo" / "torchmpi" / "packages" / "py_torch" / "gtl_preload.py"
+PATH = PACKAGES / "py_torch" / "gtl_preload.py"
+
+#: What writes the preload (and the patcher) as the patch files Spack applies.
+AS_PATCH = PACKAGES / "py_torch" / "as_patch.py"
 
 #: Where :func:`libtorch` puts the plain libtorch stand-in under a node's root.
 TORCH_DIR = Path("torchmpi-test") / "torch"
@@ -31,6 +37,14 @@ IMPORT_AND_INIT = "import sys, torch\nprint('imported')\nsys.exit(torch.init())\
 def load() -> ModuleType:
     """The preload module, freshly executed from :data:`PATH`."""
     spec = importlib.util.spec_from_file_location("torchmpi_gtl_preload", PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def as_patch() -> ModuleType:
+    """``py_torch/as_patch.py``, loaded by path as :func:`load` loads the preload."""
+    spec = importlib.util.spec_from_file_location("torchmpi_as_patch", AS_PATCH)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

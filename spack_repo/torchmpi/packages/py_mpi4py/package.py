@@ -15,6 +15,7 @@ exactly builtin's mpi4py.
 """
 
 from spack_repo.builtin.packages.py_mpi4py.package import PyMpi4py as BuiltinPyMpi4py
+from spack_repo.torchmpi.packages.py_torch import as_patch
 from spack_repo.torchmpi.packages.py_torch.package import cray_gtl_library, install_gtl_preload
 
 from spack.package import *
@@ -50,6 +51,15 @@ class PyMpi4py(BuiltinPyMpi4py):
     # build's HIP (and through it ROCm's HSA runtime) is recorded the same way.
     depends_on("cuda", type="link", when="+cuda_aware_mpi ^[virtuals=mpi] cray-mpich+cuda")
     depends_on("hip", type="link", when="+cuda_aware_mpi ^[virtuals=mpi] cray-mpich+rocm")
+
+    # The preload reaches the build as a patch that creates it in the stage
+    # (py_torch/as_patch.py writes this package's copy): ``spack spec`` shows it
+    # (``patches=``), and a changed preload is a new mpi4py.
+    patch(as_patch.GTL_PRELOAD.patch, when="+cuda_aware_mpi")
+    #: That patch's sha256, rewritten with it by ``as_patch.py``: Spack re-reads the
+    #: patch index only for a package whose package.py changed (py_torch/package.py,
+    #: PATCHER_PATCH_SHA256, says why that matters).
+    GTL_PRELOAD_PATCH_SHA256 = "ffc5f5a208862f571169b678a620248e11d8787c536c2c0db78a77ef6a9b0598"
 
     @run_after("install")
     def load_gtl_at_import(self):

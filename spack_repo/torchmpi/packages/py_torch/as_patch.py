@@ -1,34 +1,69 @@
-"""The patcher as a Spack patch file, so that ``spack spec`` shows it.
+"""The patcher and the GTL preload as Spack patch files, so that ``spack spec`` shows them.
 
 Spack's DAG hash of a package covers its ``package.py`` and the sha256 of each
 patch file a ``patch()`` directive applies (``PackageBase.content_hash``), not
-the Python modules ``package.py`` imports.  The patcher
-(``cuda_aware_mpi.py``) computes where its edits go, so it cannot be a fixed
-diff of ``ProcessGroupMPI.cpp`` across releases; instead a diff that *creates*
-the patcher in the stage (``.torchmpi/cuda_aware_mpi.py``, outside the torch
-package: not installed) is applied by a ``patch()`` directive, and the
-package's ``patch()`` method runs that staged copy.  The patch's sha256 is in
-the spec (``patches=``) and in its hash: a changed patcher is a new py-torch.
+the Python modules ``package.py`` imports.  Two modules here run in a build:
+
+- the patcher (``cuda_aware_mpi.py``) computes where its edits go, so it cannot
+  be a fixed diff of ``ProcessGroupMPI.cpp`` across releases;
+- the GTL preload (``gtl_preload.py``) is installed as ``_torchmpi_gtl.py`` by
+  py-torch and py-mpi4py with what only the concrete build knows (the GTL path
+  of its cray-mpich, its C++ and GPU runtimes: docs/design.md says why that stays
+  an install-time step).
+
+So each reaches the build as a diff that *creates* it in the stage (under
+``.torchmpi/``, outside the installed package), applied by a ``patch()``
+directive, and the package runs that staged copy.  The patch's sha256 is in the
+spec (``patches=``) and in its hash: a changed module is a new build.
 
 Run ``python spack_repo/torchmpi/packages/py_torch/as_patch.py`` after editing
-``cuda_aware_mpi.py``: it writes the patch and its sha256 into package.py
-(``PATCHER_PATCH_SHA256``: Spack re-indexes patches only of a changed
-package.py); tests/test_cuda_aware_patch.py fails until both match the module.
+either module: it writes each patch file (into every package that applies it)
+and its sha256 into that package's ``package.py`` (Spack re-indexes patches only
+of a changed package.py); tests/test_cuda_aware_patch.py and
+tests/test_gtl_preload.py fail until they match the modules.
 """
-
-from __future__ import annotations
 
 import hashlib
 import os
 import re
+from dataclasses import dataclass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-#: The patch file the ``patch()`` directive names, beside this module.
-PATCH = "torchmpi-patcher.patch"
-#: Where the patch creates the patcher, relative to the stage's source root.
-STAGED = os.path.join(".torchmpi", "cuda_aware_mpi.py")
-#: The module it carries.
-MODULE = os.path.join(HERE, "cuda_aware_mpi.py")
+#: The repository's package directories (``py_torch``, ``py_mpi4py``, ...).
+PACKAGES = os.path.dirname(HERE)
+
+
+@dataclass(frozen=True)
+class Artefact:
+    """One module shipped as a patch file that creates it in the stage."""
+
+    module: str  #: the module, beside this file
+    patch: str  #: the patch file's name, in each package directory of ``packages``
+    staged: str  #: where the patch creates the module, relative to the stage's source root
+    constant: str  #: the class attribute of package.py that records the patch's sha256
+    packages: tuple  #: the package directories that apply it
+
+    @property
+    def sha_line(self) -> re.Pattern:
+        """The line of package.py that records the patch's sha256 (group 2)."""
+        return re.compile(rf'^(\s*{self.constant} = ")([0-9a-f]{{64}})(")$', re.MULTILINE)
+
+
+#: The patcher of ProcessGroupMPI.cpp, applied by py-torch ``+cuda_aware_mpi``.
+PATCHER = Artefact(os.path.join(HERE, "cuda_aware_mpi.py"), "torchmpi-patcher.patch",
+                   os.path.join(".torchmpi", "cuda_aware_mpi.py"), "PATCHER_PATCH_SHA256",
+                   ("py_torch",))
+#: The GTL preload, applied by py-torch and py-mpi4py ``+cuda_aware_mpi`` on cray-mpich.
+GTL_PRELOAD = Artefact(os.path.join(HERE, "gtl_preload.py"), "torchmpi-gtl-preload.patch",
+                       os.path.join(".torchmpi", "gtl_preload.py"), "GTL_PRELOAD_PATCH_SHA256",
+                       ("py_torch", "py_mpi4py"))
+ARTEFACTS = (PATCHER, GTL_PRELOAD)
+
+# The patcher's names, as py-torch's package.py and its tests use them.
+PATCH = PATCHER.patch
+STAGED = PATCHER.staged
+MODULE = PATCHER.module
+SHA_LINE = PATCHER.sha_line
 
 
 def render(text: str, target: str = STAGED) -> str:
@@ -40,29 +75,38 @@ def render(text: str, target: str = STAGED) -> str:
         "+" + line for line in lines)
 
 
-def expected() -> str:
-    """What :data:`PATCH` must hold for the current :data:`MODULE`."""
-    with open(MODULE, encoding="utf-8") as stream:
-        return render(stream.read())
+def expected(artefact: Artefact = PATCHER) -> str:
+    """What ``artefact``'s patch file must hold for its current module."""
+    with open(artefact.module, encoding="utf-8") as stream:
+        return render(stream.read(), artefact.staged)
 
 
-#: The line of package.py that records the patch's sha256 (see there why).
-SHA_LINE = re.compile(r'^(\s*PATCHER_PATCH_SHA256 = ")[0-9a-f]{64}(")$', re.MULTILINE)
+def sha256(artefact: Artefact = PATCHER) -> str:
+    """The sha256 of what ``artefact``'s patch must hold, as Spack computes it for a patch
+    file."""
+    return hashlib.sha256(expected(artefact).encode("utf-8")).hexdigest()
 
 
-def sha256() -> str:
-    """The sha256 of what :data:`PATCH` must hold, as Spack computes it for a patch file."""
-    return hashlib.sha256(expected().encode("utf-8")).hexdigest()
+def write(artefact: Artefact) -> list:
+    """Write ``artefact``'s patch file and its sha256 into every package that applies it;
+    the paths written."""
+    written = []
+    for package in artefact.packages:
+        package_dir = os.path.join(PACKAGES, package)
+        with open(os.path.join(package_dir, artefact.patch), "w", encoding="utf-8") as out:
+            out.write(expected(artefact))
+        recipe = os.path.join(package_dir, "package.py")
+        with open(recipe, encoding="utf-8") as stream:
+            text, count = artefact.sha_line.subn(
+                lambda m: m.group(1) + sha256(artefact) + m.group(3), stream.read())
+        if count != 1:
+            raise SystemExit(f"{recipe}: no {artefact.constant} line to update")
+        with open(recipe, "w", encoding="utf-8") as out:
+            out.write(text)
+        written += [os.path.join(package_dir, artefact.patch), recipe]
+    return written
 
 
 if __name__ == "__main__":
-    with open(os.path.join(HERE, PATCH), "w", encoding="utf-8") as out:
-        out.write(expected())
-    package = os.path.join(HERE, "package.py")
-    with open(package, encoding="utf-8") as stream:
-        text, count = SHA_LINE.subn(lambda m: m.group(1) + sha256() + m.group(2), stream.read())
-    if count != 1:
-        raise SystemExit(f"{package}: no PATCHER_PATCH_SHA256 line to update")
-    with open(package, "w", encoding="utf-8") as out:
-        out.write(text)
-    print(f"wrote {os.path.join(HERE, PATCH)} and its sha256 into {package}")
+    for item in ARTEFACTS:
+        print("wrote " + ", ".join(write(item)))

@@ -6,7 +6,9 @@
 Installed by torchmpi's ``py-torch`` and ``py-mpi4py`` (``+cuda_aware_mpi`` on
 cray-mpich) as ``_torchmpi_gtl.py`` in the ``torch`` and ``mpi4py`` packages,
 and imported first by their ``__init__.py``: Python runs it before the
-extension that pulls in libmpi is loaded.
+extension that pulls in libmpi is loaded.  It reaches each build as a patch that
+creates it in the stage (``as_patch.py``), so ``spack spec`` shows it
+(``patches=``) and the package's install step runs that staged copy.
 
 Why not a link-time dependency (docs/design.md, "GTL without a driver"):
 ``libmpi_gtl_cuda.so`` calls the CUDA driver (``cu*`` symbols, from

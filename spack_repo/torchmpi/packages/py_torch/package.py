@@ -12,24 +12,16 @@ builds exactly what builtin builds -- safe when the torchmpi repo is added
 site-wide.  See docs/design.md.
 """
 
-import hashlib
 import importlib.util
 import os
 
 from spack_repo.builtin.packages.py_torch.package import PyTorch as BuiltinPyTorch
-from spack_repo.torchmpi.packages.py_torch import as_patch, gtl_preload
+from spack_repo.torchmpi.packages.py_torch import as_patch
 
 from spack.package import *
 
 #: The file holding PyTorch's CUDA-awareness check for the MPI backend.
 PROCESS_GROUP_MPI = os.path.join("torch", "csrc", "distributed", "c10d", "ProcessGroupMPI.cpp")
-
-#: sha256 of ``gtl_preload.py``, the module installed as ``torch/_torchmpi_gtl.py``
-#: (and ``mpi4py/_torchmpi_gtl.py``).  Spack's package hash covers this file
-#: only, not the modules it imports: the digest kept here makes a change to the
-#: preload a change of py-torch's hash.  (The patcher needs no such constant: it
-#: reaches the build as a patch file the spec records, see ``as_patch.py``.)
-GTL_PRELOAD_SHA256 = "c5577e6913a2f196f110284506bf56ab55b7b76b81abe1935947b930f6006517"
 
 #: Builtin releases that can be built ``+cuda_aware_mpi`` but have no fixture
 #: of their real ProcessGroupMPI.cpp (its text at these tags could not be read
@@ -71,20 +63,20 @@ OTHER_MPI_PROVIDERS = (
 )
 
 
-def _check_digest(path: str, recorded: str, constant: str) -> None:
-    """Refuse to use a helper module whose sha256 is not ``recorded``.
+def staged_module(pkg, artefact: "as_patch.Artefact", name: str):
+    """The module ``artefact``'s patch created in ``pkg``'s stage, loaded from there.
 
-    Spack's package hash covers this file only, not the modules it imports:
-    the digests recorded here (``constant`` names which) make any change to
-    such a module a change of py-torch's hash, hence a rebuild.
+    Not this repository's copy: the staged one is what the spec's ``patches=``
+    records (as_patch.py).  A stage without it stops the install, naming the patch.
     """
-    with open(path, "rb") as stream:
-        digest = hashlib.sha256(stream.read()).hexdigest()
-    if digest != recorded:
-        raise InstallError(
-            f"{path} changed (sha256 {digest}) but {constant} in py_torch/package.py "
-            "was not updated"
-        )
+    path = os.path.join(pkg.stage.source_path, artefact.staged)
+    if not os.path.isfile(path):
+        raise InstallError(f"{pkg.name}: {path} is missing: the patch {artefact.patch} was "
+                           "not applied (is it in `spack spec`'s patches= of this node?)")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def cray_gtl_library(mpi: "Spec", who: str) -> str:
@@ -110,8 +102,10 @@ def cray_gtl_library(mpi: "Spec", who: str) -> str:
 
 def install_gtl_preload(pkg, package: str, gtl: str) -> None:
     """Write ``_torchmpi_gtl.py`` into the installed Python package ``package``
-    and import it first from its ``__init__.py`` (``gtl_preload.add_to_package``)."""
-    _check_digest(gtl_preload.__file__, GTL_PRELOAD_SHA256, "GTL_PRELOAD_SHA256")
+    and import it first from its ``__init__.py`` (``gtl_preload.add_to_package``),
+    with the preload the package's ``patch()`` directive staged
+    (``as_patch.GTL_PRELOAD``), never this repository's copy."""
+    gtl_preload = staged_module(pkg, as_patch.GTL_PRELOAD, "torchmpi_staged_gtl_preload")
     inits = []
     for dirpath, _, filenames in os.walk(pkg.prefix):
         parent = os.path.basename(os.path.dirname(dirpath))
@@ -243,6 +237,9 @@ class PyTorch(BuiltinPyTorch):
     # runs that copy.  Every +cuda_aware_mpi build gets the stream order; the
     # MPICH family also gets the MPICH branch of cudaAwareMpiCheck().
     patch(as_patch.PATCH, when="+cuda_aware_mpi")
+    # Cray's GTL preload, the same way: staged, and installed by load_gtl_at_import.
+    # (The conflicts above leave cray-mpich +cuda, or +rocm with +rocm, here.)
+    patch(as_patch.GTL_PRELOAD.patch, when="+cuda_aware_mpi ^[virtuals=mpi] cray-mpich")
     #: The sha256 of that patch file, rewritten with it by ``as_patch.py``.  Not a
     #: check (Spack hashes the file itself): Spack re-reads a repository's patch
     #: index only for packages whose package.py changed (spack v1.1.0
@@ -251,6 +248,8 @@ class PyTorch(BuiltinPyTorch):
     #: then fails ``spack install`` with "Couldn't find patch" from the stale
     #: index.  This line changes package.py whenever the patch changes.
     PATCHER_PATCH_SHA256 = "3e1b204f2b5db96b16149889305bb12a099e8e4c4e1dee46028f560dcd3ab691"
+    #: The same for the GTL preload's patch (and for the same reason).
+    GTL_PRELOAD_PATCH_SHA256 = "ffc5f5a208862f571169b678a620248e11d8787c536c2c0db78a77ef6a9b0598"
 
     def staged_patcher(self):
         """The patcher the ``patch()`` directive put in the stage (not this
