@@ -34,10 +34,12 @@ from torchmpi.lock import root_name
 pytestmark = pytest.mark.spack
 
 LMOD_INIT = Path(os.environ.get("TORCHMPI_LMOD_INIT", "/usr/share/lmod/lmod/init/bash"))
-SITES = ("local", "derecho", "delta")
+SITES = ("local", "derecho", "delta", "jupiter")
 #: Sites whose MPI is the centre's own module (``mpi.modules``): NCAR's Cray MPICH,
-#: NCSA's Spack-built Open MPI (Delta: a non-Cray centre MPI on Lmod).
-CENTRE_SITES = ("derecho", "delta")
+#: NCSA's Spack-built Open MPI (Delta: a non-Cray centre MPI on Lmod), JSC's
+#: EasyBuild CUDA-aware Open MPI under its own module name (JUPITER: ``OpenMPI/5.0.5``,
+#: aarch64, a tree fake-installed for a target this host is not).
+CENTRE_SITES = ("derecho", "delta", "jupiter")
 #: Variables the packages' own run environments set (aws-ofi-nccl, nccl-ss11, py-torch-mpi).
 PACKAGE_VARS = ("NCCL_NET", "NCCL_CROSS_NIC", "NCCL_NET_GDR_LEVEL", "FI_CXI_DISABLE_HOST_REGISTER",
                 "FI_MR_CACHE_MONITOR", "FI_CXI_DEFAULT_CQ_SIZE", "MPICH_GPU_SUPPORT_ENABLED")
@@ -131,26 +133,45 @@ def _script(where: Path, code: str) -> str:
     return str(path)
 
 
-#: An older version the stand-in centre tree also has (a user may have loaded it).
-OLDER_CENTRE_MPI = "8.1.25"
+#: Another version of the centre's MPI module beside the site's (a user may have
+#: loaded it), by module name.
+OLDER_CENTRE_MPI = {"cray-mpich": "8.1.25", "openmpi": "4.1.5", "OpenMPI": "4.1.6"}
+
+
+def _centre_mpi_variable(module: str, prefix: str) -> tuple[str, str]:
+    """The variable the centre's own MPI module sets, by who writes that module.
+
+    Cray PE's ``cray-mpich`` modulefile sets ``CRAY_MPICH_DIR`` (NCAR's login
+    default); an EasyBuild module (JSC's ``OpenMPI``) sets ``EBROOT<NAME>`` to
+    its prefix (EasyBuild's module generator, ``EBROOT`` + the upper-cased name);
+    a Spack-built ``openmpi`` module (NCSA's) carries builtin openmpi's run
+    environment, ``MPICC=<prefix>/bin/mpicc`` (``setup_run_environment``).
+    """
+    if module == "cray-mpich":
+        return "CRAY_MPICH_DIR", prefix
+    if module == "openmpi":
+        return "MPICC", f"{prefix}/bin/mpicc"
+    return f"EBROOT{module.upper()}", prefix
 
 
 def _centre_tree(root: Path, site: sitemod.Site) -> Path | None:
     """A stand-in for the centre's own module tree, for a site whose MPI is a
     centre module (``mpi.modules``, e.g. NCAR's ``cray-mpich/8.1.27``, its
-    login default): that module, the default of its name, sets
-    ``CRAY_MPICH_DIR`` as Cray PE's does; an older version sits beside it."""
+    login default): that module, the default of its name, sets the variable
+    the centre's module sets (:func:`_centre_mpi_variable`); an older version
+    sits beside it."""
     modules = site.data["mpi"].get("modules") or []
     if not modules:
         return None
     prefix = site.data["mpi"].get("prefix", "")
     for module in modules:
         name, _, version = module.partition("/")
-        for ver in (version, OLDER_CENTRE_MPI):
+        for ver in (version, OLDER_CENTRE_MPI[name]):
+            var, value = _centre_mpi_variable(name, prefix if ver == version else ver)
             path = root / name / f"{ver}.lua"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(f'whatis("stand-in for the centre\'s {name}/{ver}")\n'
-                            f'setenv("CRAY_MPICH_DIR", "{prefix if ver == version else ver}")\n')
+                            f'setenv("{var}", "{value}")\n')
         (root / name / "default").symlink_to(f"{version}.lua")
     for module, body in _centre_gpu_modules(site).items():
         path = root / f"{module}.lua"
@@ -383,7 +404,7 @@ def test_cray_gpu_switch_is_set_with_gtl(deployed) -> None:
 @pytest.mark.parametrize("name", SITES)
 def test_module_avail_shows_only_what_a_user_picks(spack, deployed, name) -> None:
     dep = deployed[name]
-    mpi = dep.site.data["mpi"]["kind"] if dep.centre else _mpi_module(dep)
+    mpi = dep.site.data["mpi"]["modules"][0] if dep.centre else _mpi_module(dep)
     load = "" if dep.centre else f"module load {mpi}\n"
     script = f"{_login(dep)}module use {dep.core()}\n{load}module -t avail 2>&1\n"
     out = _bash(spack, script).stdout
@@ -411,14 +432,17 @@ def test_the_centres_mpi_module_stays_loaded(spack, deployed, name) -> None:
     is loaded with the site's runtime variables."""
     dep = deployed[name]
     mpi = dep.site.data["mpi"]
-    own = [p for p in dep.modules_root.rglob("*.lua") if p.parent.name == mpi["kind"]]
-    assert not own, f"the tree shadows the centre's {mpi['kind']}: {own}"
+    module, _, version = mpi["modules"][0].partition("/")
+    own = [p for p in dep.modules_root.rglob("*.lua")
+           if p.parent.name.lower() in (mpi["kind"], module.lower())]
+    assert not own, f"the tree shadows the centre's {module}: {own}"
     got = _module_env(spack, dep)
     loaded = got.get("LOADEDMODULES", "").split(":")
-    assert [m for m in loaded if m.startswith(mpi["kind"] + "/")] == mpi["modules"], loaded
+    assert [m for m in loaded if m.startswith(module + "/")] == mpi["modules"], loaded
     files = got.get("_LMFILES_", "").split(":")
-    assert str(dep.centre / mpi["kind"] / f"{mpi['version']}.lua") in files, files
-    assert got.get("CRAY_MPICH_DIR") == mpi["prefix"]
+    assert str(dep.centre / module / f"{version}.lua") in files, files
+    var, value = _centre_mpi_variable(module, mpi["prefix"])
+    assert got.get(var) == value
     assert any(m.startswith("py-torch-mpi/") for m in loaded), loaded
     expected = runtime.environment(dep.site.data)
     assert {k: got.get(k) for k in expected} == expected
@@ -433,11 +457,12 @@ def test_py_torch_mpi_loads_the_centres_mpi_itself(spack, deployed, name) -> Non
     want = dep.site.data["mpi"]["modules"][0]
     name = want.split("/")[0]
     base = f"module use {dep.centre}\nmodule use {dep.core()}\n"
-    for before in ("", f"module load {name}/{OLDER_CENTRE_MPI}\n"):
+    var, value = _centre_mpi_variable(name, dep.site.data["mpi"]["prefix"])
+    for before in ("", f"module load {name}/{OLDER_CENTRE_MPI[name]}\n"):
         got = _env_after(spack, base + before + "module load py-torch-mpi\n")
         loaded = got.get("LOADEDMODULES", "").split(":")
         assert [m for m in loaded if m.startswith(name + "/")] == [want], (before, loaded)
-        assert got.get("CRAY_MPICH_DIR") == dep.site.data["mpi"]["prefix"]
+        assert got.get(var) == value
     proc = _bash(spack, f"module use {dep.core()}\nmodule load py-torch-mpi\n", check=False)
     assert proc.returncode != 0
     assert want in " ".join((proc.stdout + proc.stderr).split()), proc.stderr
