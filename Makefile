@@ -28,8 +28,10 @@ spack:
 WORKERS ?= 2
 XDIST   := -n $(WORKERS) --dist loadgroup
 
+# The 25 slowest steps (fixtures included) end every full run's log: the suite's
+# 30-minute budget is planned from them (docs/testing.md).
 test: setup  ## everything; what .ci/run calls
-	$(ENV) $(PY) -m pytest tests $(XDIST) $(PYTEST_ARGS)
+	$(ENV) $(PY) -m pytest tests $(XDIST) --durations=25 $(PYTEST_ARGS)
 
 check: setup  ## the fast tests: no Spack, no solve (minutes; for iteration)
 	$(ENV) $(PY) -m pytest tests $(XDIST) -m "not spack and not concretize" $(PYTEST_ARGS)
