@@ -12,6 +12,7 @@ import copy
 from collections.abc import Callable
 
 import pytest
+from torchmpi import runtime
 from torchmpi import site as sitemod
 from torchmpi.checks import container as rules
 
@@ -20,7 +21,7 @@ def _found(name: str, edit: Callable[[dict], object] | None = None) -> list:
     data = copy.deepcopy(sitemod.load(name).data)
     if edit:
         edit(data)
-    return rules.for_container_verb(data)
+    return rules.for_container_verb(data, runtime.resolve(data))
 
 
 def _set(*path_and_value):

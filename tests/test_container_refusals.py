@@ -92,5 +92,5 @@ def test_a_container_only_refusal_is_no_load_time_one(tmp_path: Path, name, edit
     (torchmpi.checks.container.for_container_verb), never by the loader."""
     path = write_site(tmp_path / "sites", name, edit)
     site = sitemod.load(str(path))  # every other verb loads it
-    found = container_checks.for_container_verb(site.data)
+    found = container_checks.for_container_verb(site.data, site.runtime)
     assert [k for k, _ in found] == [key] and words in found[0][1], found

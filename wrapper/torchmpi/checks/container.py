@@ -209,8 +209,9 @@ def _bind_model(data: dict[str, Any], rt: str) -> list[Problem]:
     return out
 
 
-def for_container_verb(data: dict[str, Any]) -> list[Problem]:
-    """What ``torchmpi container`` cannot render, on data the loader accepted.
+def for_container_verb(data: dict[str, Any], resolved: runtime.Runtime) -> list[Problem]:
+    """What ``torchmpi container`` cannot render, on data the loader accepted and its
+    runtime variables as resolved once (``Site.runtime``).
 
     Never applied at load: the native environment needs none of it.
     """
@@ -222,7 +223,7 @@ def for_container_verb(data: dict[str, Any]) -> list[Problem]:
             " (docs/containers.md)"))]
     rt = box["runtime"]
     out = _target(data)
-    added = [op for op in runtime.PATH_OPS if getattr(runtime.resolve(data), op)]
+    added = [op for op in runtime.PATH_OPS if getattr(resolved, op)]
     if rt == "shifter" and added:
         # shifter_setupenv puts the image's ENV over the job's environment
         # (NERSC/shifter src/shifter_core.c), so a directory added on the host to a

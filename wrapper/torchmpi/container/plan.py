@@ -159,7 +159,7 @@ def plan(site: Site) -> Plan:
     verb alike; what only an image needs is refused here, before anything is decided
     (:func:`torchmpi.checks.container.for_container_verb`).
     """
-    found = checks.for_container_verb(site.data)
+    found = checks.for_container_verb(site.data, site.runtime)
     if found:
         raise site.refuse(found, "the site file cannot be rendered as a container")
     d = site.data
