@@ -26,6 +26,14 @@
 //                        TORCHMPI_LAZY_IGNORE=event|stream|all makes the
 //                        stand-in ignore that kind of wait: the control that
 //                        shows each wait is what makes the results right.
+//   driver future        Work::getFuture() of device collectives, as DDP's comm
+//                        hooks use it, on the stand-in device: an all_gather's
+//                        future waited for ("rank R: device future
+//                        all_gather[i] ok|WRONG"), then a callback chained with
+//                        then() while rank 0's all_reduce is still in MPI (rank 1
+//                        comes a second late), whose device copy the child
+//                        future's wait must order before the caller's stream
+//                        reads it ("rank R: device future then ok|WRONG").
 #include TORCHMPI_PG_SOURCE
 
 #include <ATen/ATen.h>
@@ -42,6 +50,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 
@@ -116,6 +125,13 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return old;
   }
   c10::DeviceIndex deviceCount() const noexcept override { return 1; }
+  // A stream of its own per call, as CUDA's pool hands out (a device-aware
+  // Future runs its callbacks on such streams).
+  c10::Stream getStreamFromGlobalPool(c10::Device device, bool) const override {
+    ++calls;
+    static std::atomic<c10::StreamId> next{100};
+    return c10::Stream(c10::Stream::UNSAFE, device, next++);
+  }
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex,
               const c10::EventFlag) const override {
     ++calls;
@@ -424,12 +440,75 @@ void streams(c10d::ProcessGroupMPI& pg) {
               lazy::records.load(), lazy::event_waits.load(), lazy::stream_waits.load());
 }
 
+// A stand-in device tensor of n floats holding `value` now (no kernel pending).
+at::Tensor device_full(float value, int64_t n) {
+  at::Tensor tensor = lazy::empty({n}, caffe2::TypeMeta::Make<float>());
+  std::fill_n(tensor.data_ptr<float>(), n, value);
+  return tensor;
+}
+
+void future(c10d::ProcessGroupMPI& pg) {
+  const int rank = pg.getRank();
+  const int size = pg.getSize();
+  lazy::install();
+  lazy::current = 1;  // the caller's stream, as in streams()
+
+  // The future's value is the outputs, complete once the future is.
+  std::vector<at::Tensor> mine{device_full(10 + rank, 3)};
+  std::vector<std::vector<at::Tensor>> gathered(1);
+  for (int i = 0; i < size; ++i) gathered[0].push_back(device_full(-1, 3));
+  c10::intrusive_ptr<c10::ivalue::Future> fut;
+  try {
+    fut = pg.allgather(gathered, mine)->getFuture();
+    fut->wait();
+  } catch (const std::exception& error) {
+    std::string msg = error.what();
+    std::printf("rank %d: device future failed: %s\n", rank,
+                msg.substr(0, msg.find('\n')).c_str());
+    return;
+  }
+  if (fut->hasError()) {
+    std::printf("rank %d: device future error: %s\n", rank, fut->tryRetrieveErrorMessage().c_str());
+    return;
+  }
+  std::vector<at::Tensor> values = fut->value().toTensorVector();
+  lazy::drain(1, LONG_MAX);  // the caller's stream reads the values (a copy to the host)
+  for (int i = 0; i < size && i < static_cast<int>(values.size()); ++i) {
+    judge(rank, ("future all_gather[" + std::to_string(i) + "]").c_str(), values[i], 10 + i);
+  }
+
+  // A comm hook's shape: a device op chained on the future, used by the caller
+  // after the child future's wait.  Rank 1 comes late, so rank 0's then() is
+  // chained while its all_reduce is still in MPI: the callback runs on the
+  // worker thread when the work completes.
+  if (rank == 1) std::this_thread::sleep_for(std::chrono::seconds(1));
+  std::vector<at::Tensor> reduced{device_full(rank + 1, 4)};
+  auto child = pg.allreduce(reduced)->getFuture()->then(
+      [](c10::ivalue::Future& parent) {
+        at::Tensor sum = parent.value().toTensorVector()[0];
+        at::Tensor copy = lazy::empty({sum.numel()}, sum.dtype());
+        copy.copy_(sum);  // launched on the current stream of the thread that runs this
+        return c10::IValue(copy);
+      },
+      c10::TensorType::get());
+  child->wait();
+  if (child->hasError()) {
+    std::printf("rank %d: device future then error: %s\n", rank,
+                child->tryRetrieveErrorMessage().c_str());
+    return;
+  }
+  at::Tensor got = child->value().toTensor();
+  lazy::drain(1, LONG_MAX);  // the caller's stream reads it
+  judge(rank, "future then", got, size * (size + 1) / 2);
+  pg.barrier()->wait();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc == 2 ? argv[1] : "";
-  if (mode != "collectives" && mode != "cuda" && mode != "streams") {
-    std::fprintf(stderr, "usage: %s collectives|cuda|streams\n", argv[0]);
+  if (mode != "collectives" && mode != "cuda" && mode != "streams" && mode != "future") {
+    std::fprintf(stderr, "usage: %s collectives|cuda|streams|future\n", argv[0]);
     return 2;
   }
   auto pg = c10d::ProcessGroupMPI::createProcessGroupMPI({});
@@ -437,6 +516,8 @@ int main(int argc, char** argv) {
     collectives(*pg);
   } else if (mode == "cuda") {
     cuda(*pg);
+  } else if (mode == "future") {
+    future(*pg);
   } else {
     streams(*pg);
   }

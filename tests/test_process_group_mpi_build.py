@@ -293,6 +293,14 @@ def test_stream_order_reaches_every_mpi_call() -> None:
                             ordered))
     assert guards == 12 == upstream.count("c10::DeviceGuard guard")
     assert ordered.count("torchmpiOrderStreams(entry);") == 1
+    # The work's future gets its outputs' devices before the work is queued.
+    assert ordered.count("work->future_ = torchmpiDeviceFuture(") == 1
+    assert ordered.index("torchmpiDeviceFuture(work->result()") < ordered.index(
+        "queue_.emplace_back(std::move(entry), work);")
+    with pytest.raises(patch.PatchError, match="pgMutex_ lock"):
+        patch.order_streams(upstream.replace(
+            "std::unique_lock<std::mutex> lock(pgMutex_);\n  queue_.emplace_back",
+            "std::lock_guard<std::mutex> lock(pgMutex_);\n  queue_.emplace_back"))
     assert patch.order_streams(ordered) == ordered
     once = patch.patch_all(upstream, True)
     assert patch.patch_all(once, True) == once
@@ -305,13 +313,15 @@ def test_stream_order_on_a_stand_in_device(builds: dict[str, Path], name: str) -
     """Device tensors whose inputs are still being written on the caller's stream
     (and whose outputs the worker copies on its own): every collective right;
     the waits are reached (5 events recorded by the callers, 5 waited for by the
-    worker, 10 stream drains); with CPU tensors the stand-in is never called."""
+    worker, 10 stream drains, and one recorded by each work's future that has
+    device outputs as it completes: 5 on the root, 4 elsewhere, where gather has
+    none); with CPU tensors the stand-in is never called."""
     lines = run("mpich", builds[name], "streams", MPICH_GPU_SUPPORT_ENABLED="1")
     assert _device(lines) == _want({}), lines
     assert [line for line in lines if "cpu stand-in calls" in line] == [
         f"rank {r}: cpu stand-in calls 0" for r in (0, 1)], lines
     assert [line for line in lines if "waits:" in line] == [
-        f"rank {r}: waits: 5 recorded, 5 on events, 10 on streams" for r in (0, 1)], lines
+        f"rank {r}: waits: {10 - r} recorded, 5 on events, 10 on streams" for r in (0, 1)], lines
     ops = ("all_reduce", "broadcast", "all_gather", "gather", "scatter")
     assert {f"rank {r}: {op} ok" for r in (0, 1) for op in ops} <= set(lines)
 
@@ -343,3 +353,40 @@ def test_open_mpi_build_carries_the_stream_order(builds: dict[str, Path]) -> Non
         f"rank {r}: cpu stand-in calls 0" for r in (0, 1)], lines
     assert {line.partition(": ")[2] for line in lines if "device" in line} == {
         f"device rejected: {NOT_AWARE}"}, lines
+
+
+def _future(lines: list[str]) -> dict[str, str]:
+    """``{"R <what>": "ok" | "WRONG" | <error>}`` from the future mode's lines."""
+    found = {}
+    for line in lines:
+        rank, _, rest = line.partition(": device future ")
+        if rest:
+            what, _, verdict = rest.partition(" ")
+            found[f"{rank.split()[1]} {what}"] = verdict.split(":")[0]
+    return found
+
+
+FUTURE_OPS = ("all_gather[0]", "all_gather[1]", "then")
+
+
+@pytest.mark.parametrize("ignored,wrong", [("", ()), ("event", ("0 then", "1 then"))])
+def test_device_future_orders_what_is_chained_on_it(builds: dict[str, Path], ignored: str,
+                                                    wrong: tuple[str, ...]) -> None:
+    """``Work::getFuture()`` of a device collective (what DDP's comm hooks chain
+    on): its value is the outputs, complete; and a callback chained with
+    ``then()`` while the work is still in MPI runs its device copy on the worker
+    thread, which the child future's ``wait()`` must order before the caller's
+    stream reads the result.  Upstream builds that future without devices
+    (v2.6.0 ProcessGroupMPI.hpp, ``WorkMPI``), so c10's Future records no event
+    and its wait orders nothing (ivalue_inl.h, ``markCompleted``: "a silent
+    synchronization/correctness issue"); the patch gives it the outputs' devices.
+    Upstream's future failed this on both ranks (each callback on its worker's
+    stream, which nothing waits for).  The control: the stand-in ignoring event
+    waits, each chained copy (on a stream of the pool, as c10's Future runs a
+    callback of a device-aware future) is read unrun."""
+    env = {"TORCHMPI_LAZY_IGNORE": ignored} if ignored else {}
+    lines = run("mpich", builds["mpich"], "future", MPICH_GPU_SUPPORT_ENABLED="1", **env)
+    got = _future(lines)
+    want = {f"{r} {what}": "ok" for r in (0, 1) for what in FUTURE_OPS}
+    want.update({key: "WRONG" for key in wrong})
+    assert got == want, lines

@@ -30,8 +30,11 @@ provider whose headers select no CUDA-aware branch at all.
 adds the stream order the backend lacks (pytorch/pytorch#38642, #10800): MPI
 runs on a worker thread with no wait on the caller's stream, and the worker's
 own copies (all_gather/gather outputs, scatter's flattened input) are not
-waited for either.  It uses c10's device-generic guard interface only, so it
-compiles in libtorch_cpu without CUDA headers, and does nothing for CPU tensors.
+waited for either; and ``Work::getFuture()`` (what DDP's comm hooks chain on)
+is built without devices, so c10's Future records no event and its ``wait()``
+orders nothing for device tensors: the work's future is given its outputs'
+devices.  It uses c10's device-generic guard interface only, so it compiles in
+libtorch_cpu without CUDA headers, and does nothing for CPU tensors.
 
 Plain Python without Spack imports so that tests can run it on fixture files.
 """
@@ -196,10 +199,34 @@ void torchmpiOrderStreams(std::unique_ptr<WorkEntry>& entry) {{
   }};
 }}
 
+// WorkMPI's future is built without devices, so for device outputs c10's
+// Future records no event when it completes, its wait() orders nothing on the
+// caller's stream, and then() callbacks run on whatever stream the completing
+// thread has.  The same future with the outputs' devices does all three (as
+// other backends' futures do); CPU outputs keep the one upstream built.
+c10::intrusive_ptr<c10::ivalue::Future> torchmpiDeviceFuture(
+    const std::vector<at::Tensor>& outputs,
+    c10::intrusive_ptr<c10::ivalue::Future> future) {{
+  std::vector<c10::Device> devices;
+  for (const auto& tensor : outputs) {{
+    if (tensor.defined() && !tensor.device().is_cpu() &&
+        std::find(devices.begin(), devices.end(), tensor.device()) == devices.end()) {{
+      devices.push_back(tensor.device());
+    }}
+  }}
+  if (devices.empty()) {{
+    return future;
+  }}
+  return c10::make_intrusive<c10::ivalue::Future>(future->elementType(), devices);
+}}
+
 """
 
 _ENQUEUE = re.compile(r"^c10::intrusive_ptr<Work> ProcessGroupMPI::enqueue\([^{]*\{\n",
                       re.MULTILINE)
+#: In ``enqueue()``: the lock taken before the work is queued (the work's future
+#: must be replaced before the worker can complete it).
+_QUEUE_LOCK = re.compile(r"^( *)std::unique_lock<std::mutex> \w+\(pgMutex_\);\n", re.MULTILINE)
 _GUARD = re.compile(r"^( *)c10::DeviceGuard \w+\((.+)\.device\(\)\);\n"
                     r"(?= *std::unique_lock<std::mutex> globalLock\(pgGlobalMutex_\);)",
                     re.MULTILINE)
@@ -216,8 +243,13 @@ def order_streams(source: str) -> str:
     enqueue = _ENQUEUE.search(source)
     if not enqueue:
         raise PatchError("ProcessGroupMPI::enqueue() definition not found")
+    lock = _QUEUE_LOCK.search(source, enqueue.end())
+    if not lock or source.find("\n}\n", enqueue.end()) < lock.start():
+        raise PatchError("ProcessGroupMPI::enqueue(): no pgMutex_ lock before the work is queued")
     source = (source[:enqueue.end()] + f"  torchmpiOrderStreams(entry); // {STREAM_MARKER}\n"
-              + source[enqueue.end():])
+              + source[enqueue.end():lock.start()]
+              + f"{lock.group(1)}work->future_ = torchmpiDeviceFuture(work->result(), "
+              f"work->future_); // {STREAM_MARKER}\n" + source[lock.start():])
     source, guards = _GUARD.subn(
         lambda m: f"{m.group(0)}{m.group(1)}torchmpiWaitStream({m.group(2)}.device());\n", source)
     if not guards:

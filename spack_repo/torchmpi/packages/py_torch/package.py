@@ -247,7 +247,7 @@ class PyTorch(BuiltinPyTorch):
     #: new patcher under an unchanged package.py solves with the new sha256 and
     #: then fails ``spack install`` with "Couldn't find patch" from the stale
     #: index.  This line changes package.py whenever the patch changes.
-    PATCHER_PATCH_SHA256 = "3e1b204f2b5db96b16149889305bb12a099e8e4c4e1dee46028f560dcd3ab691"
+    PATCHER_PATCH_SHA256 = "444031d33b6de87d75591b619b9431bfb5e0f958d35641a3bcdc9524c7d73b5a"
     #: The same for the GTL preload's patch (and for the same reason).
     GTL_PRELOAD_PATCH_SHA256 = "ffc5f5a208862f571169b678a620248e11d8787c536c2c0db78a77ef6a9b0598"
 
