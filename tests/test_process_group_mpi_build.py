@@ -32,7 +32,10 @@ kernels only when waited for (the driver's ``lazy`` namespace: registered as
 c10's device guard and ATen's kernels for the CUDA device type): with the
 waits, device all_reduce, broadcast, all_gather, gather and scatter give the
 right values; with the stand-in told to ignore a kind of wait, the
-collectives that depend on it give wrong ones.  What a CPU-only host cannot
+collectives that depend on it give wrong ones.  The driver's ``future`` mode
+does the same for ``Work::getFuture()``: a device copy chained with ``then()``
+is read right after the child future's ``wait()`` only because the patch gives
+the work's future its outputs' devices.  What a CPU-only host cannot
 prove: that a real GPU runtime (CUDA, HIP) honours these c10 calls as the
 stand-in does -- docs/users.md says so.
 """
