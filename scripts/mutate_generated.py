@@ -69,6 +69,17 @@ EQUIVALENT: dict[str, str] = {
     'dist.py: if device == "cuda" or (device is None and backend == "nccl"): -> '
     'if device == "cuda" or (device is None and backend >= "nccl"):':
         "the same for the CLI's backends (mpi, nccl, gloo)",
+    'pairs.py: if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == '
+    '"VOUCHED_PAIRS": -> if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", '
+    '"") is "VOUCHED_PAIRS":':
+        "CPython interns identifiers, the parser's and the literal's alike",
+    "allreduce_report.py: if not path.exists() and not os.access(parent, os.W_OK | os.X_OK): "
+    "-> if not path.exists() and not os.access(parent, os.W_OK + os.X_OK):":
+        "2 + 1 == 2 | 1",
+    "checks/mpi.py: f\"must be {switch} here: mpi.cuda_aware is {str(switch == '1').lower()}, "
+    "so torch\" -> f\"must be {switch} here: mpi.cuda_aware is {str(switch >= '1').lower()}, "
+    "so torch\"":
+        "runtime.cray_gpu_switch answers only '0' or '1' here",
 }
 
 #: pytest exit statuses: 0 passed, 1 a test failed, 2 interrupted (a collection

@@ -6,6 +6,11 @@ to end are in tests/test_allreduce.py.
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+
 import pytest
 from torchmpi import allreduce as ar
 from torchmpi import allreduce_report as report
@@ -54,3 +59,67 @@ def test_avg_bus_bandwidth_averages_busbw_not_algbw() -> None:
     assert ar.bus_bandwidth(4.0, 4) == 6.0  # 2 (n-1)/n = 1.5
     assert report.average_busbw(rows) == 9.0
     assert "# Avg bus bandwidth    : 9.000" in report.format_footer(rows)
+
+
+def test_per_call_floor_hint_only_where_graph_mode_would_remove_it():
+    """"--graph removes it" is said to an eager or blocking NCCL run on a GPU, never to a
+    run already in graph mode nor one --graph cannot capture (gloo, CPU)."""
+    def header(mode: str, backend: str = "nccl", device: str = "cuda") -> str:
+        return report.format_header(2, backend, device, "torchrun", warmup=1, iters=2,
+                                    time_op="avg", ranks=[], mode=mode, floor_us=5.0)
+    assert "--graph removes it" in header("eager")
+    assert "--graph removes it" in header("blocking")
+    assert "--graph removes it" not in header("graph")
+    assert "--graph removes it" not in header("eager", "gloo", "cpu")
+
+
+def test_footer_counts_the_sizes_that_failed_their_check():
+    rows = [ar.Result(8, 2, "float32", 1.0, 0.0, 0.0, 0),
+            ar.Result(16, 4, "float32", 1.0, 0.0, 0.0, 3)]
+    assert "# correctness: FAILED for 1 size(s)" in report.format_footer(rows)
+    assert "# correctness: OK" in report.format_footer(rows[:1])
+
+
+def test_json_of_no_sizes_reports_zero_bandwidth():
+    """A run with no rows (nothing measured) reports 0.0, never a negative peak."""
+    got = json.loads(report.to_json([], {"backend": "gloo"}))
+    assert got["peak_busbw_gbs"] == 0.0 and got["avg_busbw_gbs"] == 0.0
+    assert got["ok"] is True and got["busbw_ok"] is True and got["results"] == []
+
+
+def test_a_new_or_writable_file_passes_the_check_before_the_run(tmp_path):
+    report.check_writable(tmp_path / "new.csv")  # not there yet: the folder decides
+    (tmp_path / "old.csv").write_text("replace me\n")
+    report.check_writable(tmp_path / "old.csv")
+    with pytest.raises(ValueError, match="is a directory"):
+        report.check_writable(tmp_path)
+    with pytest.raises(ValueError, match="does not exist"):
+        report.check_writable(tmp_path / "gone" / "x.csv")
+
+
+@pytest.fixture
+def sealed_folder(tmp_path):
+    """A folder nobody may create files in (mode 0555; as root, whom modes do not stop,
+    also the immutable attribute), holding a writable file ``kept.csv``."""
+    folder = tmp_path / "sealed"
+    folder.mkdir()
+    (folder / "kept.csv").write_text("replace me\n")
+    folder.chmod(0o555)
+    if os.access(folder, os.W_OK) and shutil.which("chattr"):
+        subprocess.run(["chattr", "+i", str(folder)], capture_output=True, check=False)
+    try:
+        if os.access(folder, os.W_OK):
+            pytest.skip("cannot make a folder unwritable here (root without chattr)")
+        yield folder
+    finally:
+        if shutil.which("chattr"):
+            subprocess.run(["chattr", "-i", str(folder)], capture_output=True, check=False)
+        folder.chmod(0o755)
+
+
+def test_a_writable_file_in_a_sealed_folder_may_be_rewritten(sealed_folder):
+    """Rewriting a file needs the file writable, not its folder; a new file needs the
+    folder."""
+    report.check_writable(sealed_folder / "kept.csv")
+    with pytest.raises(ValueError, match="cannot create a file in"):
+        report.check_writable(sealed_folder / "new.csv")

@@ -48,3 +48,16 @@ def test_every_verb_gets_the_same_shared_arguments() -> None:
     assert set(seen) == {"site", "--output", "--force", "--json"}
     for key, shapes in seen.items():
         assert len(shapes) == 1, (key, shapes)
+
+
+def test_without_the_flags_a_verb_refuses_hand_edits_and_prints_text() -> None:
+    """``--force`` and ``--json`` are off unless given: the write policy holds and the
+    output is the table, for every verb that takes them."""
+    verbs = _subparsers()
+    render = verbs["render"].parse_args(["cscs-daint"])
+    assert (render.force, render.json) == (False, False)
+    given = verbs["render"].parse_args(["cscs-daint", "--force", "--json"])
+    assert (given.force, given.json) == (True, True)
+    for name, sub in verbs.items():
+        defaults = {a.dest: a.default for a in sub._actions if a.dest in ("force", "json")}
+        assert all(v is False for v in defaults.values()), (name, defaults)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.sites import edited_site
+from support.sites import edited_site, site_data, write_site
+from torchmpi import site as sitemod
 from torchmpi.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -625,3 +626,49 @@ def test_a_stated_one_against_cuda_aware_false_is_refused(tmp_path: Path) -> Non
     with pytest.raises(UserError) as err:
         edited_site(tmp_path, "derecho", edit)
     assert "runtime.env.MPICH_GPU_SUPPORT_ENABLED: must be 0 here" in str(err.value)
+
+
+def test_missing_top_level_key_at_the_start_of_the_file(tmp_path: Path) -> None:
+    """A missing top-level key is reported at 1:1, not at the first key after the
+    header comments (a message there reads as a problem with that key)."""
+    path = write_site(tmp_path, "derecho", lambda d: d.pop("mpi"))
+    path.write_text("# Derecho, NCAR\n# (a header)\n" + path.read_text())
+    with pytest.raises(UserError, match=rf"{re.escape(str(path))}:1:1: mpi: missing required"):
+        sitemod.load(str(path))
+
+
+def test_a_dollar_in_a_path_list_is_refused_without_runtime_env(tmp_path: Path) -> None:
+    """``runtime.prepend_path`` is checked also where the site sets no ``runtime.env``."""
+    from torchmpi.checks import runtime as rule
+
+    data = {"runtime": {"prepend_path": {"PATH": "$HOME/bin"}}}
+    assert [key for key, _ in rule.problems(data, False)] == [("runtime", "prepend_path",
+                                                               "PATH")]
+    data = {"runtime": {"env": {}, "append_path": {"X": "/opt/x"}, "prepend_path": {"X": "/a"}}}
+    assert rule.problems(data, False) == []
+
+
+def _torch(*versions: str):
+    def edit(data: dict) -> None:
+        data.setdefault("torch", {})["versions"] = list(versions)
+    return edit
+
+
+def test_every_torch_release_is_checked_and_the_allowed_ones_load() -> None:
+    """Each listed release is judged (one the site's CUDA cannot build does not hide the
+    next); the releases a +cuda_aware_mpi refusal offers each pass the same rule."""
+    from torchmpi.checks import torch_versions as rule
+    from torchmpi.torches import site_cuda
+
+    data = site_data("derecho", _torch("2.12.0", "2.8.0"))
+    assert site_cuda(data) == "12.2.1"  # below 2.12's cuda@12.6:
+    got = rule.problems(data, True)
+    assert [key for key, _ in got] == [("torch", "versions", 0), ("torch", "versions", 1)]
+    assert got[0][1].startswith("torch 2.12.0 needs cuda@12.6:")
+    assert got[1][1].startswith("torch 2.8.0 cannot be built +cuda_aware_mpi")
+    allowed = got[1][1].split("allowed: ", 1)[1].split(", or ")[0].split(", ")
+    assert "2.12.0" in allowed and "2.6.0" in allowed and "2.8.0" not in allowed
+    for version in allowed:
+        msgs = [m for _, m in rule.problems(site_data("derecho", _torch(version)), True)]
+        assert not [m for m in msgs if "cuda_aware_mpi" in m], (version, msgs)
+    assert rule.problems(data, False) == []  # the package files are read for a build only

@@ -165,3 +165,26 @@ def test_no_producer_repeats_a_schema_default() -> None:
 def test_the_repeat_finder_finds_a_repeat(source: str, key: str) -> None:
     assert _get_with_default(ast.parse(source), {key}) == [(1, key)]
     assert _get_with_default(ast.parse(f'x.get("{key}")'), {key}) == []
+
+
+def _described(data: dict) -> list[tuple[tuple, str]]:
+    """What a site admin is told for each schema error of ``data``."""
+    validator = schema.Validator(schema.site_schema())
+    return [schema.describe(err) for err in validator.iter_errors(data)]
+
+
+def test_an_error_beside_cuda_arch_is_not_worded_as_one_of_cuda_arch() -> None:
+    """A bad ``gpu.vendor`` names that key and the vendors; a bad ``gpu.cuda_arch`` names
+    ``gpu.cuda_arch`` whole (the key, under ``gpu``) and the architectures."""
+    vendor = _described(site_data("perlmutter", lambda d: d["gpu"].update(vendor="intel")))
+    assert vendor == [(("gpu", "vendor"), "'intel' is not allowed; allowed: nvidia, amd")]
+    arch = _described(site_data("perlmutter", lambda d: d["gpu"].update(cuda_arch="sm80")))
+    assert [p for p, _ in arch] == [("gpu", "cuda_arch")]
+    assert arch[0][1].startswith("'sm80' is not a CUDA architecture; allowed: 50, ")
+
+
+def test_a_slingshot_site_without_libfabric_is_told_why_it_needs_one() -> None:
+    got = _described(site_data("perlmutter", lambda d: d.pop("libfabric")))
+    assert got == [(("libfabric",), ("missing required key 'libfabric' (required when fabric "
+                    "is slingshot: NCCL reaches Slingshot-11 only through aws-ofi-nccl and "
+                    "the site's libfabric with the cxi provider)"))]

@@ -169,3 +169,39 @@ def test_perlmutters_rendered_pin_names_the_pairs_libfabric() -> None:
     assert len(notes) == 1 and "libfabric 1.20.1:" in notes[0], notes
     assert notes[0].count("with libfabric 2.4.0") == 1, notes[0]
     assert "(run on Slingshot by HPE with libfabric 1.22.0)" in notes[0], notes[0]
+
+
+def _package_file(tmp_path: Path, monkeypatch, text: str) -> None:
+    """A checkout at ``tmp_path`` whose nccl-ss11 package file is ``text``."""
+    pkg = tmp_path / "spack_repo" / "torchmpi" / "packages" / "nccl_ss11"
+    pkg.mkdir(parents=True)
+    (pkg / "package.py").write_text(text)
+    (tmp_path / "sites").mkdir()
+    monkeypatch.setenv("TORCHMPI_ROOT", str(tmp_path))
+
+
+@pytest.fixture
+def fresh_vouched():
+    pairs.vouched.cache_clear()
+    yield
+    pairs.vouched.cache_clear()  # the next test reads the checkout's table again
+
+
+def test_vouched_pairs_are_read_from_their_own_table(tmp_path, monkeypatch, fresh_vouched):
+    """Another table of the package file (the RCCL pairs, an earlier constant) is never
+    taken for VOUCHED_PAIRS; the pairs come newest NCCL first."""
+    row = ("2.0.0-1", "1.0.0", "-", "efa", "AWS", "notes")
+    _package_file(tmp_path, monkeypatch,
+                  f"AN_EARLIER_TABLE = ({row!r},)\n"
+                  "VOUCHED_PAIRS = (('2.18.3-1', '1.6.0', '1.15.2.0', 'slingshot', 'NCAR', 'x'),"
+                  " ('2.21.5-1', '1.14.0', '-', 'slingshot', 'HPE', 'y'))\n"
+                  "ZED = ()\n")
+    assert [(p.nccl, p.plugin) for p in pairs.vouched()] == [("2.21.5-1", "1.14.0"),
+                                                             ("2.18.3-1", "1.6.0")]
+
+
+def test_a_package_file_without_the_table_is_a_user_error(tmp_path, monkeypatch,
+                                                          fresh_vouched):
+    _package_file(tmp_path, monkeypatch, "AN_EARLIER_TABLE = ()\n")
+    with pytest.raises(UserError, match="no VOUCHED_PAIRS table"):
+        pairs.vouched()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,3 +88,37 @@ def test_spackrun_and_fixture_use_the_resolver(spack) -> None:
     if os.environ.get("TORCHMPI_SPACK_ROOT") is None:
         assert spackrun.executable() == spack.exe
     assert spack.builtin == paths.builtin_repo()
+
+
+def test_root_is_the_checkout_holding_this_package(monkeypatch) -> None:
+    """Without TORCHMPI_ROOT (or with one that is no checkout: no ``sites/``), the root is
+    the folder two above the package, whose ``sites/`` and ``environments/`` the verbs read."""
+    monkeypatch.delenv("TORCHMPI_ROOT", raising=False)
+    root = paths.root()
+    assert (root / "wrapper" / "torchmpi" / "paths.py").samefile(paths.__file__)
+    assert paths.sites_dir() == root / "sites" and paths.sites_dir().is_dir()
+    assert paths.environments_dir() == root / "environments"
+    assert paths.torchmpi_repo() == root / "spack_repo" / "torchmpi"
+
+
+def test_sites_dir_follows_torchmpi_root(tmp_path, monkeypatch) -> None:
+    (tmp_path / "sites").mkdir()
+    monkeypatch.setenv("TORCHMPI_ROOT", str(tmp_path))
+    assert paths.sites_dir() == tmp_path / "sites"
+    assert paths.environments_dir() == tmp_path / "environments"
+
+
+def test_an_installed_tool_reads_the_sites_it_carries(tmp_path) -> None:
+    """Outside a checkout (no ``sites/`` two above the package), ``sites_dir`` is the
+    copy the package carries.  The module itself, laid out as an install would."""
+    pkg = tmp_path / "lib" / "torchmpi"
+    pkg.mkdir(parents=True)
+    shutil.copy(paths.__file__, pkg / "paths.py")
+    code = ("import importlib.util, sys\n"
+            "spec = importlib.util.spec_from_file_location('p', sys.argv[1])\n"
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+            "print(m.root()); print(m.sites_dir())\n")
+    env = {k: v for k, v in os.environ.items() if k != "TORCHMPI_ROOT"}
+    out = subprocess.run([sys.executable, "-c", code, str(pkg / "paths.py")], env=env,
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == [str(tmp_path.resolve()), str(pkg.resolve() / "sites")]
