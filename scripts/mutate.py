@@ -21,6 +21,7 @@ test of the patcher's behaviour can kill it.
 
 Usage: scripts/mutate.py [--spack] [--jobs N] [--only AREA] [--match TEXT]... [--list]
        scripts/mutate.py --generated N [--budget S] [--seed K] [--head] [--module TEXT]...
+                         [--match TEXT]...
 Exit status: 0 when every measured hand-written mutant is killed or listed in
 SURVIVORS_OK; the generated run reports its scores and exits 0.
 """
@@ -509,7 +510,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="mutants run at once (default 2)")
     ap.add_argument("--only", help="only this area")
     ap.add_argument("--match", action="append", default=[], metavar="TEXT",
-                    help="only mutants whose name (file: line) contains TEXT (repeatable)")
+                    help="only mutants whose name (file: line) contains TEXT (repeatable; "
+                         "with --generated: of the sample drawn)")
     ap.add_argument("--list", action="store_true", help="list the mutants and check they apply")
     gen = ap.add_argument_group("generated mutants (cosmic-ray)")
     gen.add_argument("--generated", type=int, metavar="N",
@@ -531,7 +533,8 @@ def main(argv: list[str] | None = None) -> int:
         import mutate_generated
 
         return mutate_generated.run(args.generated, args.seed, args.budget, args.jobs,
-                                    args.head, args.module, args.timeout, args.record)
+                                    args.head, args.module, args.timeout, args.record,
+                                    args.match)
     chosen = [m for m in MUTANTS if args.only in (None, m.area)
               and (not args.match or any(t in m.name for t in args.match))]
     for m in chosen:  # every mutant's line must still be in the code, and have tests

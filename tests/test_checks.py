@@ -43,3 +43,17 @@ def test_each_rule_module_answers_problems_with_key_paths() -> None:
         module = importlib.import_module(f"torchmpi.checks.{name}")
         assert module.problems(data, True) == [], name
         assert module.problems(data, False) == [], name
+
+
+def test_problems_without_build_says_everything() -> None:
+    """``checks.problems(data)`` is every rule, those about what Spack builds included;
+    ``build=False`` (an installed tool, no package repositories) leaves those out."""
+    import copy
+
+    from torchmpi import site as sitemod
+
+    data = copy.deepcopy(sitemod.load("derecho").data)  # as loaded: defaults filled in
+    data.setdefault("torch", {})["versions"] = ["2.8.0"]  # no +cuda_aware_mpi build
+    keys = [key for key, _ in checks.problems(data)]
+    assert ("torch", "versions", 0) in keys
+    assert ("torch", "versions", 0) not in [key for key, _ in checks.problems(data, False)]

@@ -646,6 +646,8 @@ def test_a_dollar_in_a_path_list_is_refused_without_runtime_env(tmp_path: Path) 
                                                                "PATH")]
     data = {"runtime": {"env": {}, "append_path": {"X": "/opt/x"}, "prepend_path": {"X": "/a"}}}
     assert rule.problems(data, False) == []
+    data = {"runtime": {"env": {"X": "1"}, "prepend_path": {"X": "/a"}}}  # set and added to
+    assert [key for key, _ in rule.problems(data, False)] == [("runtime", "prepend_path", "X")]
 
 
 def _torch(*versions: str):
@@ -660,15 +662,110 @@ def test_every_torch_release_is_checked_and_the_allowed_ones_load() -> None:
     from torchmpi.checks import torch_versions as rule
     from torchmpi.torches import site_cuda
 
-    data = site_data("derecho", _torch("2.12.0", "2.8.0"))
+    data = site_data("derecho", _torch("2.13.1", "2.12.0", "2.8.0"))
     assert site_cuda(data) == "12.2.1"  # below 2.12's cuda@12.6:
     got = rule.problems(data, True)
-    assert [key for key, _ in got] == [("torch", "versions", 0), ("torch", "versions", 1)]
-    assert got[0][1].startswith("torch 2.12.0 needs cuda@12.6:")
-    assert got[1][1].startswith("torch 2.8.0 cannot be built +cuda_aware_mpi")
-    allowed = got[1][1].split("allowed: ", 1)[1].split(", or ")[0].split(", ")
+    assert [key for key, _ in got] == [("torch", "versions", i) for i in range(3)]
+    assert got[0][1].startswith("'2.13.1' is no py-torch release of the pinned builtin")
+    assert got[1][1].startswith("torch 2.12.0 needs cuda@12.6:")
+    assert got[2][1].startswith("torch 2.8.0 cannot be built +cuda_aware_mpi")
+    allowed = got[2][1].split("allowed: ", 1)[1].split(", or ")[0].split(", ")
     assert "2.12.0" in allowed and "2.6.0" in allowed and "2.8.0" not in allowed
     for version in allowed:
         msgs = [m for _, m in rule.problems(site_data("derecho", _torch(version)), True)]
         assert not [m for m in msgs if "cuda_aware_mpi" in m], (version, msgs)
     assert rule.problems(data, False) == []  # the package files are read for a build only
+
+
+def test_auto_is_refused_on_every_site_but_the_local_one() -> None:
+    """Whatever the site's name sorts like: only ``local`` may say ``auto``."""
+    import copy
+
+    from torchmpi import checks
+
+    for name in ("derecho", "perlmutter"):
+        data = copy.deepcopy(sitemod.load(name).data)
+        data["target"] = "auto"
+        auto = [m for key, m in checks.problems(data, False) if key == ("target",)]
+        assert auto and "only for the local site" in auto[-1], (name, auto)
+
+
+def test_a_libfabric_off_slingshot_needs_no_cxi() -> None:
+    from torchmpi.checks import network
+
+    data = site_data("generic-ib", lambda d: d.update(
+        libfabric={"spec": "libfabric@1.15.2.0 fabrics=verbs"}))
+    assert data["fabric"] != "slingshot"
+    assert [k for k, _ in network.problems(data, False) if k[0] == "libfabric"] == []
+
+
+def test_an_unvouched_plugin_is_shown_with_the_nccls_it_was_vouched_with() -> None:
+    from torchmpi import pairs
+    from torchmpi.checks import network
+
+    table = pairs.vouched()
+    nccl = "2.29.2-1"
+    plugin = next(p.plugin for p in table if p.nccl != nccl
+                  and p.plugin not in {q.plugin for q in table if q.nccl == nccl})
+    data = site_data("perlmutter", lambda d: d.update(nccl={"version": nccl, "plugin": plugin}))
+    msg = dict(network.problems(data, True))[("nccl", "plugin")]
+    shown = msg.split(f"vouched with aws-ofi-nccl {plugin}: ", 1)[1]
+    listed = [item.split(" (", 1)[0] for item in shown.split("; ")]
+    assert listed == [p.nccl for p in table if p.plugin == plugin], msg
+
+
+def test_a_misspelled_target_is_offered_three_close_names(tmp_path: Path) -> None:
+    line, _ = refused(tmp_path, "derecho", lambda d: d.update(target="neoverse_v"), "target")
+    assert "did you mean neoverse_v2, neoverse_v1, neoverse_v3ae?" in line
+
+
+def test_a_path_that_is_the_uenv_mount_itself_needs_a_uenv(tmp_path: Path) -> None:
+    """The mount point counts, not only paths below it (a value read from YAML)."""
+    line, _ = refused(tmp_path, "derecho",
+                      lambda d: d["runtime"].setdefault("prepend_path", {}).update(
+                          PATH="/user-environment"),
+                      "runtime.prepend_path.PATH")
+    assert "lies under /user-environment" in line
+
+
+def test_mpich_refusal_offers_the_next_series_after_the_pin() -> None:
+    """The refusal names the next minor and next major series after the pin's newest;
+    both are accepted."""
+    from torchmpi.checks import mpi
+
+    major, minor = mpi.mpich_series()[-1]
+
+    def refused_version(version: str) -> list[str]:
+        data = site_data("generic-ib", lambda d: d.update(
+            mpi={"kind": "mpich", "version": version, "cuda_aware": True}))
+        return [m for k, m in mpi.problems(data, True) if k == ("mpi", "version")]
+
+    msg = refused_version("5.10.0-1")
+    assert len(msg) == 1 and f"or {major}.{minor + 1} or {major + 1}.0 after the pin" in msg[0]
+    assert refused_version(f"{major}.{minor + 1}") == []
+    assert refused_version(f"{major + 1}.0") == []
+
+
+def test_every_cuda_arch_of_a_list_is_held_against_a_single_model() -> None:
+    """One model, two architectures: the one the model is not is named (not only the
+    first of the list is compared)."""
+    from torchmpi.checks import gpu
+
+    def arch_problems(archs: list) -> list[str]:
+        data = site_data("generic-ib", lambda d: d["gpu"].update(
+            cuda_arch=archs, model="NVIDIA A100-SXM4"))
+        return [m for k, m in gpu.problems(data, True) if k == ("gpu", "cuda_arch")]
+
+    assert arch_problems([80]) == []
+    got = arch_problems([80, 90])
+    assert len(got) == 1 and got[0].startswith("'90' is not the compute capability of any")
+
+
+def test_a_plugin_nobody_vouched_for_lists_no_nccls() -> None:
+    from torchmpi.checks import network
+
+    data = site_data("perlmutter", lambda d: d.update(
+        nccl={"version": "2.29.2-1", "plugin": "9.9.9"}))
+    msg = dict(network.problems(data, True))[("nccl", "plugin")]
+    assert "vouched with aws-ofi-nccl 9.9.9: none (docs/design.md)" in msg
+    assert "allowed with NCCL 2.29.2-1: 1.18.0 (run on Slingshot" in msg

@@ -188,3 +188,18 @@ def test_a_slingshot_site_without_libfabric_is_told_why_it_needs_one() -> None:
     assert got == [(("libfabric",), ("missing required key 'libfabric' (required when fabric "
                     "is slingshot: NCCL reaches Slingshot-11 only through aws-ofi-nccl and "
                     "the site's libfabric with the cxi provider)"))]
+
+
+def test_an_unknown_key_is_named_with_the_closest_allowed_one() -> None:
+    got = _described(site_data("derecho", lambda d: d.update(fabirc="slingshot")))
+    assert len(got) == 1 and got[0][0] == ("fabirc",)
+    assert got[0][1].startswith("unknown key 'fabirc' (did you mean 'fabric'?); allowed keys: ")
+    assert "fabric, gpu" in got[0][1] and "fabirc," not in got[0][1]
+
+
+def test_a_bound_keeps_jsonschemas_own_words() -> None:
+    """A minimum (or any check without wording of its own) is told as jsonschema says it,
+    never as a constant the key must equal."""
+    got = _described(site_data("derecho",
+                               lambda d: d.setdefault("checks", {}).update(cpus_per_node=0)))
+    assert got == [(("checks", "cpus_per_node"), "0 is less than the minimum of 1")]

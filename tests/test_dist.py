@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 
 import pytest
@@ -297,3 +298,46 @@ def test_a_rank_takes_its_local_rank_modulo_the_nodes_gpus(env, gpus, index):
     """The device index comes from the rank *on its node*, never the global rank
     (rank 3 on a 4-GPU node would take GPU 3, which belongs to another rank there)."""
     assert device_index(launch_from_env(env), gpus) == index
+
+
+def test_nccl_without_a_device_asks_torch_for_a_gpu_first():
+    """``--backend nccl`` alone means the GPU: on a host where torch sees none it is a
+    LaunchError before any group is made.  The backend as a command line hands it over
+    (``torchmpi allreduce --backend nccl``: a string of its own, never the interned
+    literal ``"nccl"``)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: the request is granted")
+    from torchmpi.cli import build_parser
+    from torchmpi.dist import init_distributed
+
+    backend = build_parser().parse_args(shlex.split("allreduce --backend nccl")).backend
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": "1"}
+    with pytest.raises(LaunchError, match="CUDA was requested but torch sees no GPU"):
+        init_distributed(backend, env=env)
+
+
+def test_gloo_without_a_device_makes_a_cpu_group_from_the_given_env(monkeypatch):
+    """``init_distributed("gloo")`` asks for no GPU, reads the launch from the ``env`` it is
+    given (not the process's), and makes a real one-rank group there."""
+    import socket
+
+    import torch.distributed as dist
+    from torchmpi.dist import init_distributed
+
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)  # export_env writes them: undone after
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(port)}
+    launch = init_distributed("gloo", env=env)
+    try:
+        assert (launch.launcher, launch.rank, launch.world_size) == ("torchrun", 0, 1)
+        assert dist.get_backend() == "gloo" and dist.get_world_size() == 1
+    finally:
+        dist.destroy_process_group()

@@ -180,3 +180,13 @@ def test_every_equivalent_mutant_names_a_line_of_its_module() -> None:
         lines = [line.strip() for line in
                  (ROOT / "wrapper" / "torchmpi" / module).read_text().splitlines()]
         assert not old or old in lines, key
+
+
+def test_match_picks_survivors_out_of_the_drawn_sample() -> None:
+    """``--match TEXT`` re-runs mutants of the seeded sample by their text, none else."""
+    gen = _generated()
+    drawn = gen.sample("lock.py", 6, seed=7)
+    one = drawn[3][0]
+    assert gen.matching(drawn, []) == drawn
+    picked = gen.matching(drawn, [f"{one.old.strip()} -> {one.new.strip()}"])
+    assert one in [m for m, _ in picked] and len(picked) < len(drawn)
