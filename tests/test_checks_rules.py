@@ -696,7 +696,7 @@ def test_a_libfabric_off_slingshot_needs_no_cxi() -> None:
     data = site_data("generic-ib", lambda d: d.update(
         libfabric={"spec": "libfabric@1.15.2.0 fabrics=verbs"}))
     assert data["fabric"] != "slingshot"
-    assert [k for k, _ in network.problems(data, False) if k[0] == "libfabric"] == []
+    assert [k for k, _ in network.problems(data, True) if k[0] == "libfabric"] == []
 
 
 def test_an_unvouched_plugin_is_shown_with_the_nccls_it_was_vouched_with() -> None:
@@ -769,3 +769,62 @@ def test_a_plugin_nobody_vouched_for_lists_no_nccls() -> None:
     msg = dict(network.problems(data, True))[("nccl", "plugin")]
     assert "vouched with aws-ofi-nccl 9.9.9: none (docs/design.md)" in msg
     assert "allowed with NCCL 2.29.2-1: 1.18.0 (run on Slingshot" in msg
+
+
+def test_the_pair_suggested_for_a_sites_libfabric_carries_its_own_label() -> None:
+    """Perlmutter's libfabric 1.20 against a pair run with 2.4.0: the note names a pair
+    run with a 1.x libfabric, and the label beside it is that pair's."""
+    from torchmpi import pairs
+    from torchmpi.checks import network
+
+    notes = [n for n in network.notes(site_data("perlmutter")) if "a pair run with" in n]
+    assert len(notes) == 1, notes
+    found = re.search(r"nccl: \{version: (\S+), plugin: (\S+)\} \(([^)]*)\)", notes[0])
+    assert found, notes[0]
+    pair = next(p for p in pairs.vouched()
+                if (p.nccl, p.plugin) == (found.group(1), found.group(2)))
+    assert pair.libfabric.startswith("1.") and found.group(3) == pair.label
+
+
+def test_a_release_after_one_without_cuda_aware_mpi_is_still_checked() -> None:
+    """A site without +cuda_aware_mpi: the release after an allowed one is judged too."""
+    import copy
+
+    from torchmpi.checks import torch_versions as rule
+
+    data = copy.deepcopy(sitemod.load("alps-gh200").data)  # mpi.cuda_aware: false
+    data.setdefault("torch", {})["versions"] = ["2.11.0", "2.13.1"]
+    assert [key for key, _ in rule.problems(data, True)] == [("torch", "versions", 1)]
+
+
+def test_a_cuda_arch_is_held_against_both_ends_of_its_cuda_range() -> None:
+    """sm_70 (V100) builds with CUDA 9.0 to 12.9 (builtin CudaPackage): 12.2 inside, the
+    range's end 12.9.1 inside (an end takes its point releases), 13.0 outside."""
+    from torchmpi.checks import gpu
+
+    def arch_problems(cuda: str) -> list[str]:
+        data = site_data("generic-ib", lambda d: d["gpu"].update(
+            cuda_arch=70, cuda={"spec": f"cuda@{cuda}", "prefix": "/usr/local/cuda"}))
+        return [m for k, m in gpu.problems(data, True) if k == ("gpu", "cuda_arch")]
+
+    assert gpu.cuda_ranges()["70"] == ("9.0", "12.9")
+    assert arch_problems("12.2.1") == [] and arch_problems("12.9.1") == []
+    got = arch_problems("13.0.0")
+    assert len(got) == 1 and got[0].startswith("'70' needs CUDA 9.0 to 12.9 (builtin")
+
+
+def test_a_variant_named_twice_is_told_by_its_name_not_its_value() -> None:
+    """``fabrics=ucx schedulers=ucx`` names two variants; ``fabrics=ucx fabrics=ofi`` one
+    variant twice (JSC's Open MPI: ``+cuda fabrics=ucx``)."""
+    import copy
+
+    from torchmpi.checks import mpi
+
+    def variant_problems(variants: str) -> list[str]:
+        data = copy.deepcopy(sitemod.load("jupiter").data)
+        data["mpi"]["variants"] = variants
+        return [m for k, m in mpi.problems(data, False) if k == ("mpi", "variants")]
+
+    assert variant_problems("+cuda fabrics=ucx schedulers=ucx") == []
+    assert variant_problems("+cuda fabrics=ucx fabrics=ofi") == [
+        "names fabrics twice; allowed: each variant once"]
