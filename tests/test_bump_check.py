@@ -162,3 +162,33 @@ def test_no_versions_flag_skips_detection(bumped: Path, capsys) -> None:
                       "--no-versions")
     assert rc == 1 and not report["versions_checked"]  # (the missing paths)
     assert not [f for f in report["findings"] if f["kind"] == "version"]
+
+
+def test_a_prefix_without_tools_does_not_end_the_drift_check(bumped: Path, tmp_path: Path,
+                                                            capsys) -> None:
+    """An external whose prefix is there but has no ``bin/`` (nothing to detect) is passed
+    over; the externals after it are still checked."""
+    from support.sites import write_site
+
+    def first_an_external_without_bin(data: dict) -> None:
+        data["externals"].insert(0, {"spec": "zlib@1.2.13",
+                                     "prefix": "/glade/u/apps/derecho/24.12"})
+    site = write_site(tmp_path / "site", "derecho", first_an_external_without_bin)
+    _script(bumped / "usr" / "bin" / "tar", "tar (GNU tar) 1.35")
+    rc, report = _run(capsys, str(site), "--root", str(bumped), "--no-modules")
+    drift = [f["named"] for f in report["findings"] if f["kind"] == "version"]
+    assert rc == 1 and drift == ["tar@1.34"], drift
+
+
+def test_the_nearest_folder_of_a_relative_path_is_under_the_root(tmp_path: Path) -> None:
+    (tmp_path / "opt" / "here").mkdir(parents=True)
+    assert bump.nearest(Path("opt/here/gone/lib"), tmp_path) == "opt/here"
+    assert bump.nearest(Path("/opt/here/gone/lib"), tmp_path) == "/opt/here"
+
+
+def test_an_lmod_that_cannot_start_gives_no_module_list(tmp_path: Path) -> None:
+    """``None`` (no answer), not an empty set (every module missing)."""
+    assert bump.available_modules(str(tmp_path / "no-lmod")) is None
+    not_a_program = tmp_path / "lmod"
+    not_a_program.write_text("not a program\n")  # exec fails: no execute permission
+    assert bump.available_modules(str(not_a_program)) is None

@@ -281,3 +281,11 @@ def test_troubleshooting_quotes_each_rocm_failure_and_its_fix(check: doctor.Chec
     assert check.status == "FAIL"
     assert f"`{check.status} {check.name}  {check.detail}`" in section
     assert f"`{check.fix}`" in section
+
+
+def test_the_gpu_check_names_the_models_the_tool_lists() -> None:
+    """amd-smi's market names beside its count; none where the tool gave none."""
+    seen = rocm.check_gpu(8, "6.2.41133", rocm.parse_amd_smi(AMD_SMI))
+    assert "amd-smi lists 2 (AMD Instinct MI250X/MI250), amdgpu 6.8.5" in seen.detail
+    bare = rocm.check_gpu(2, "6.2.41133", rocm.SmiInfo(2, "rocm-smi", [], None))
+    assert bare.detail.endswith("; rocm-smi lists 2"), bare.detail
