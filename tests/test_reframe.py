@@ -443,3 +443,28 @@ def test_reframe_interrupted_by_a_full_disk_leaves_old_files_whole(tmp_path: Pat
     assert proc.returncode != 0, proc.stdout
     assert "Traceback" not in proc.stderr and "cannot write" in proc.stderr, proc.stderr
     assert {p.name: p.read_bytes() for p in out.iterdir()} == old
+
+
+def test_jobs_from_runtime_sh_alone_are_warned_and_the_json_says_what_was_written(
+        tmp_path: Path, capsys) -> None:
+    """``--env runtime-sh`` without ``--prepare`` loads no torch: the note says so
+    (as given on a command line, not only as the default); ``--json`` prints the files
+    written, indented as every verb's JSON."""
+    import json
+    import shlex
+
+    argv = shlex.split(f"reframe derecho -o {tmp_path / 'a'} --env runtime-sh --json")
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "loads no torch" in captured.err
+    report = json.loads(captured.out)
+    assert report["site"] == "derecho" and report["written"]
+    assert captured.out == json.dumps(report, indent=2) + "\n"
+    argv = shlex.split(f"reframe derecho -o {tmp_path / 'b'} --env runtime-sh "
+                       "--prepare 'spack load py-torch-mpi'")
+    assert main(argv) == 0 and "loads no torch" not in capsys.readouterr().err
+    argv = shlex.split(f"reframe derecho -o {tmp_path / 'c'} --env module")
+    assert main(argv) == 0 and "loads no torch" not in capsys.readouterr().err
+    assert sitemod.load("derecho").data["install"]["modules_root"]  # default: module
+    assert main(["reframe", "derecho", "-o", str(tmp_path / "d")]) == 0
+    assert "loads no torch" not in capsys.readouterr().err
