@@ -34,12 +34,13 @@ from torchmpi.lock import root_name
 pytestmark = pytest.mark.spack
 
 LMOD_INIT = Path(os.environ.get("TORCHMPI_LMOD_INIT", "/usr/share/lmod/lmod/init/bash"))
-SITES = ("local", "derecho", "delta", "jupiter")
+SITES = ("local", "derecho", "delta", "jupiter", "frontier")
 #: Sites whose MPI is the centre's own module (``mpi.modules``): NCAR's Cray MPICH,
 #: NCSA's Spack-built Open MPI (Delta: a non-Cray centre MPI on Lmod), JSC's
 #: EasyBuild CUDA-aware Open MPI under its own module name (JUPITER: ``OpenMPI/5.0.5``,
-#: aarch64, a tree fake-installed for a target this host is not).
-CENTRE_SITES = ("derecho", "delta", "jupiter")
+#: aarch64, a tree fake-installed for a target this host is not), OLCF's Cray MPICH
+#: with its ROCm module (Frontier: AMD GPUs, values that depend on the node count).
+CENTRE_SITES = ("derecho", "delta", "jupiter", "frontier")
 #: Variables the packages' own run environments set (aws-ofi-nccl, nccl-ss11, py-torch-mpi).
 PACKAGE_VARS = ("NCCL_NET", "NCCL_CROSS_NIC", "NCCL_NET_GDR_LEVEL", "FI_CXI_DISABLE_HOST_REGISTER",
                 "FI_MR_CACHE_MONITOR", "FI_CXI_DEFAULT_CQ_SIZE", "MPICH_GPU_SUPPORT_ENABLED")
@@ -154,6 +155,14 @@ def _centre_mpi_variable(module: str, prefix: str) -> tuple[str, str]:
     return f"EBROOT{module.upper()}", prefix
 
 
+def _centre_mpi_prefix(site: sitemod.Site) -> str:
+    """The prefix the centre's MPI module points at: the site file's, or for a
+    module-only external (OLCF's ``cray-mpich/9.1.0``, no prefix stated) a
+    marker naming the module, so the value still says which file was loaded."""
+    mpi = site.data["mpi"]
+    return mpi.get("prefix") or f"<prefix of {mpi['modules'][0]}>"
+
+
 def _centre_tree(root: Path, site: sitemod.Site) -> Path | None:
     """A stand-in for the centre's own module tree, for a site whose MPI is a
     centre module (``mpi.modules``, e.g. NCAR's ``cray-mpich/8.1.27``, its
@@ -163,7 +172,7 @@ def _centre_tree(root: Path, site: sitemod.Site) -> Path | None:
     modules = site.data["mpi"].get("modules") or []
     if not modules:
         return None
-    prefix = site.data["mpi"].get("prefix", "")
+    prefix = _centre_mpi_prefix(site)
     for module in modules:
         name, _, version = module.partition("/")
         for ver in (version, OLDER_CENTRE_MPI[name]):
@@ -365,14 +374,27 @@ def _activate_env(spack, dep: Deployed) -> dict[str, str]:
     return _env_after(spack, f"eval \"$(spack {overrides} env activate --sh {dep.env_dir})\"\n")
 
 
+def _module_values(site: sitemod.Site) -> tuple[dict[str, str], set[str]]:
+    """The runtime values a module sets, and the names it leaves to the job.
+
+    What depends on the job's node count (OLCF: ``NCCL_NET=OFI`` only across
+    nodes) is runtime.sh's to set, per job: the module leaves it unset."""
+    by_nodes = set(runtime.resolve(site.data).by_nodes)
+    return ({k: v for k, v in runtime.environment(site.data).items() if k not in by_nodes},
+            by_nodes)
+
+
 @pytest.mark.parametrize("name", SITES)
 def test_module_load_gives_the_site_runtime_and_python_path(spack, deployed, name) -> None:
     dep = deployed[name]
     got = _module_env(spack, dep)
-    expected = runtime.environment(dep.site.data)
+    expected, by_nodes = _module_values(dep.site)
     assert {k: got.get(k) for k in expected} == expected
+    # The plugin module does not set them either.
+    assert {k: got.get(k) for k in by_nodes} == dict.fromkeys(by_nodes)
     if dep.site.data["fabric"] == "slingshot":
-        assert got["NCCL_NET"] and got["FI_CXI_DISABLE_HOST_REGISTER"] == "1"
+        assert "NCCL_NET" in by_nodes or got["NCCL_NET"]
+        assert got["FI_CXI_DISABLE_HOST_REGISTER"] == "1"
         plugin = [d for d in got["LD_LIBRARY_PATH"].split(":") if "aws-ofi-nccl" in d]
         assert plugin and all(Path(d).is_dir() for d in plugin), got["LD_LIBRARY_PATH"]
         assert "NCCL_NET_PLUGIN" not in got  # breaks plugin loading (docs/troubleshooting.md)
@@ -415,13 +437,16 @@ def test_module_avail_shows_only_what_a_user_picks(spack, deployed, name) -> Non
     expected = {mpi.split("/")[0], "py-torch-mpi"} | {
         root_name(s) for s in dep.site.data.get("extra_specs", [])}
     if dep.centre:  # the stand-in centre tree is in MODULEPATH too
-        expected |= {p.name for p in dep.centre.iterdir()}
+        expected |= {p.name.removesuffix(".lua") for p in dep.centre.iterdir()}
     assert visible == expected, out
     torch = [n for n in names if n.startswith("py-torch-mpi/")]
     assert len(torch) == 1 and torch[0].count("/") == 1, names
-    if dep.site.gpu:  # readable: torch version and CUDA version, no hash
+    if dep.site.gpu:  # readable: torch version and CUDA (or ROCm) version, no hash
         version = torch[0].split("/")[1]
-        assert "-cuda" in version and version.endswith(dep.site.gpu["cuda"]["spec"].split("@")[1])
+        rocm = dep.site.gpu.get("rocm")
+        kit, kit_version = (("rocm", rocm["version"]) if rocm
+                            else ("cuda", dep.site.gpu["cuda"]["spec"].split("@")[1]))
+        assert f"-{kit}" in version and version.endswith(kit_version), version
 
 
 @pytest.mark.parametrize("name", CENTRE_SITES)
@@ -441,10 +466,10 @@ def test_the_centres_mpi_module_stays_loaded(spack, deployed, name) -> None:
     assert [m for m in loaded if m.startswith(module + "/")] == mpi["modules"], loaded
     files = got.get("_LMFILES_", "").split(":")
     assert str(dep.centre / module / f"{version}.lua") in files, files
-    var, value = _centre_mpi_variable(module, mpi["prefix"])
+    var, value = _centre_mpi_variable(module, _centre_mpi_prefix(dep.site))
     assert got.get(var) == value
     assert any(m.startswith("py-torch-mpi/") for m in loaded), loaded
-    expected = runtime.environment(dep.site.data)
+    expected, _ = _module_values(dep.site)
     assert {k: got.get(k) for k in expected} == expected
 
 
@@ -457,7 +482,7 @@ def test_py_torch_mpi_loads_the_centres_mpi_itself(spack, deployed, name) -> Non
     want = dep.site.data["mpi"]["modules"][0]
     name = want.split("/")[0]
     base = f"module use {dep.centre}\nmodule use {dep.core()}\n"
-    var, value = _centre_mpi_variable(name, dep.site.data["mpi"]["prefix"])
+    var, value = _centre_mpi_variable(name, _centre_mpi_prefix(dep.site))
     for before in ("", f"module load {name}/{OLDER_CENTRE_MPI[name]}\n"):
         got = _env_after(spack, base + before + "module load py-torch-mpi\n")
         loaded = got.get("LOADEDMODULES", "").split(":")
@@ -552,7 +577,7 @@ def test_buildcache_round_trip_into_a_fresh_store(spack, deployed, tmp_path) -> 
     fresh.run(*other.overrides, "-e", str(dep.env_dir), "module", "lmod", "refresh", "-y",
               "--delete-tree")
     got = _module_env(fresh, other)
-    expected = runtime.environment(dep.site.data)
+    expected, _ = _module_values(dep.site)
     assert {k: got.get(k) for k in expected} == expected
     assert any("/py-torch-mpi-" in d for d in got.get("PYTHONPATH", "").split(":")), got
 
