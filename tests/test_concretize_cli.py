@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -116,3 +117,20 @@ def test_roots_paired_with_another_roots_hash_are_refused(fake_spack: Path, caps
                         {"hash": "t", "spec": "torchmpi.py-torch"}]
     (fake_spack / "lock.json").write_text(json.dumps(swapped))
     assert main(["concretize", "derecho", "-o", str(fake_spack / "env"), "-q", "-f"]) == 0
+
+
+def test_a_silent_spack_gets_a_heartbeat_with_the_seconds_so_far(tmp_path: Path,
+                                                               monkeypatch) -> None:
+    """While Spack prints nothing, a line says it still runs and for how long."""
+    from torchmpi import spackrun
+
+    exe = tmp_path / "spack" / "bin" / "spack"
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\necho solving\nsleep 1.2\necho done\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("TORCHMPI_SPACK_ROOT", str(tmp_path / "spack"))
+    lines: list[str] = []
+    rc, out, seconds = spackrun.run_streaming(["concretize"], lines.append, heartbeat_s=0.3)
+    beats = [line for line in lines if "still running" in line]
+    assert rc == 0 and out == ["solving", "done"] and seconds >= 1.0
+    assert beats and all(re.fullmatch(r"   \.\.\. still running, [01] s", b) for b in beats), beats

@@ -131,3 +131,19 @@ def test_an_install_root_with_a_variable_unset_here_is_not_compared():
     # recorded install tree is compared with instead (tests/test_doctor_site.py).
     set_here = check_site_prefix({"torch": "/x/torch/__init__.py"}, site, {"PSCRATCH": "/p"})
     assert set_here.status == SKIP
+
+
+def test_the_install_tree_is_found_above_the_tools_own_folder(tmp_path: Path) -> None:
+    """Spack's database two folders above a file (as ``lib/python3.x/site-packages``
+    sits under a prefix of the tree): that tree; with none anywhere above, None."""
+    from torchmpi.doctor.origin import SPACK_DB, recorded_tree
+
+    (tmp_path / "tree" / SPACK_DB).mkdir(parents=True)
+    module = tmp_path / "tree" / "prefix" / "lib" / "torchmpi" / "doctor.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("")
+    assert recorded_tree(str(module)) == str(tmp_path / "tree")
+    alone = tmp_path / "elsewhere" / "x.py"
+    alone.parent.mkdir()
+    alone.write_text("")
+    assert recorded_tree(str(alone)) is None

@@ -468,3 +468,20 @@ def test_jobs_from_runtime_sh_alone_are_warned_and_the_json_says_what_was_writte
     assert sitemod.load("derecho").data["install"]["modules_root"]  # default: module
     assert main(["reframe", "derecho", "-o", str(tmp_path / "d")]) == 0
     assert "loads no torch" not in capsys.readouterr().err
+
+
+def test_the_rendezvous_flag_is_written_only_for_the_launchers_that_take_one(tmp_path):
+    """srun's --network and PALS's --disable_rdzv_get; a plain mpiexec has no such flag,
+    so nothing is added there (a launcher named in the site file, read from YAML)."""
+    def alt_read(launcher: str):
+        def edit(data):
+            data["launcher"] = launcher
+            data.setdefault("runtime", {}).setdefault("env", {})["FI_CXI_RDZV_PROTO"] = "alt_read"
+        return edit
+
+    def flags(name: str, launcher: str) -> list[str]:
+        return rfmconf.launcher_options(edited_site(tmp_path / launcher, name, alt_read(launcher)))
+
+    assert flags("derecho", "pbs") == ["--disable_rdzv_get"]
+    assert flags("generic-ib", "slurm") == ["--network=disable_rdzv_get"]
+    assert flags("generic-ib", "mpiexec") == []

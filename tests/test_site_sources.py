@@ -428,3 +428,14 @@ def test_gpu_support_beside_nccl_is_decided_per_site_in_design_doc() -> None:
         value = str(runtime.environment(data).get("MPICH_GPU_SUPPORT_ENABLED"))
         assert rows[name] == value, (name, rows[name], value)
         assert data["mpi"].get("cuda_aware", True) == (value == "1"), name
+
+
+def test_an_unknown_site_is_offered_only_names_close_to_it() -> None:
+    from torchmpi.errors import UserError
+
+    with pytest.raises(UserError) as typo:
+        sitemod.load("derehco")
+    assert "did you mean derecho?" in str(typo.value)
+    with pytest.raises(UserError) as far:
+        sitemod.load("qqqqqqqq")
+    assert "did you mean" not in str(far.value) and "known sites: " in str(far.value)
