@@ -344,6 +344,9 @@ def cray_site_methods(spack, tmp_path_factory) -> dict:
     proc = spack.python(script, str(stage), str(FIXTURE), CAFFE2_LINE, env_dir=env)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["gtl_dir"] = str(node.path("gtl-8.1.30").parent)
+    # What the loader and linker search on that node (ld.so.conf's Cray PE and
+    # libfabric directories): Cray's libmpi has no RUNPATH to its PMI or libfabric.
+    result["node_library_path"] = node.library_path()
     return result
 
 
@@ -574,20 +577,30 @@ PROBE_CPP = '#include <mpi.h>\nextern "C" int probe_init(void) { return MPI_Init
 
 
 def _stand_in_mpi(prefix: Path, provider: str) -> str:
-    """Lay a working stand-in MPI into the DAG's MPI prefix; its libmpi soname."""
+    """Lay a working stand-in MPI into the DAG's MPI prefix; its libmpi soname.
+
+    cray-mpich's prefix is the Cray EX stand-in's (``cray_ex.spack_external``):
+    its ``lib/libmpi.so`` is the node's ``lib-abi-mpich/libmpi.so.12`` with the
+    NEEDED closure the record shows (libpmi, libpmi2, libpals, libfabric ->
+    libcxi), kept as built; only the headers' declarations and the compiler
+    wrappers are added.  The other providers get a dependency-free libmpi: their
+    closure is not what these tests are about."""
     family = "openmpi" if provider.startswith("openmpi") else "mpich"
     soname = "libmpi.so.40" if family == "openmpi" else "libmpi.so.12"
     for sub in ("bin", "include", "lib"):
         (prefix / sub).mkdir(parents=True, exist_ok=True)
-    (prefix / "include" / "mpi.h").write_text(MPI_H)
-    source = prefix / "lib" / "stand_in_mpi.c"
-    source.write_text("int MPI_Init(int *a, char ***b) { return 0; }\n"
-                      "int MPI_Finalize(void) { return 0; }\n")
-    subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o",
-                    str(prefix / "lib" / soname), str(source)], check=True)
-    link = prefix / "lib" / "libmpi.so"
-    link.unlink(missing_ok=True)  # the empty placeholder of the fake install
-    link.symlink_to(soname)
+    header = prefix / "include" / "mpi.h"
+    kept = header.read_text() if provider == "cray-mpich" and header.is_file() else ""
+    header.write_text(kept + MPI_H if "MPI_Init" not in kept else kept)
+    if provider != "cray-mpich":
+        source = prefix / "lib" / "stand_in_mpi.c"
+        source.write_text("int MPI_Init(int *a, char ***b) { return 0; }\n"
+                          "int MPI_Finalize(void) { return 0; }\n")
+        subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o",
+                        str(prefix / "lib" / soname), str(source)], check=True)
+        link = prefix / "lib" / "libmpi.so"
+        link.unlink(missing_ok=True)  # the empty placeholder of the fake install
+        link.symlink_to(soname)
     for name, cc in (("mpicc", "gcc"), ("mpicxx", "g++")):
         (prefix / "bin" / name).write_text(WRAPPER.format(family=family, prefix=prefix, cc=cc))
     (prefix / "bin" / "mpiexec").write_text("#!/bin/sh\nexit 1\n")
@@ -604,6 +617,26 @@ def _dynamic(library: Path) -> tuple[list[str], list[str]]:
     paths = [d for m in re.findall(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[(.+?)\]",
                                    text) for d in m.split(":")]
     return needed, paths
+
+
+def _assert_cray_closure(linked: Path, prefix: Path, library_path: str) -> None:
+    """``linked`` NEEDs the libmpi the DAG's ``lib/libmpi.so`` is, the Cray EX
+    stand-in's, whose closure (PMI, PALS, libfabric and its libcxi) resolves,
+    each inside the stand-in node (searched as ``library_path``, the node's
+    loader path), none from this host's MPI or libfabric."""
+    libmpi = (prefix / "lib" / "libmpi.so").resolve()
+    node = Path(str(prefix).removesuffix(cray_ex.SPACK_PREFIX))
+    assert libmpi.is_relative_to(node), libmpi
+    soname = re.search(r"\(SONAME\)\s+Library soname: \[(.+?)\]",
+                       cray_ex.readelf("-d", str(libmpi)))
+    assert soname and soname.group(1) in _dynamic(linked)[0], (soname, linked)
+    ldd = subprocess.run(["ldd", str(libmpi)], check=True, capture_output=True, text=True,
+                         env=dict(os.environ, LD_LIBRARY_PATH=library_path)).stdout
+    found = dict(re.findall(r"^\s*(\S+) => (\S+)", ldd, re.MULTILINE))
+    assert "not found" not in ldd, ldd
+    for lib in ("libpmi.so.0", "libpmi2.so.0", "libpals.so.0", "libfabric.so.1",
+                "libcxi.so.1"):
+        assert lib in found and Path(found[lib]).resolve().is_relative_to(node), (lib, ldd)
 
 
 def _build_env(extra: dict[str, str]) -> dict[str, str]:
@@ -633,11 +666,16 @@ def test_find_mpi_links_the_dags_mpi_and_no_gtl(cray_site_methods, tmp_path, pro
     (src / "CMakeLists.txt").write_text(PROBE_CMAKE)
     (src / "probe.cpp").write_text(PROBE_CPP)
     env = _build_env(row["build_env"])
+    if provider == "cray-mpich":  # a Cray node's linker finds libmpi's PMI and libfabric
+        env["LD_LIBRARY_PATH"] = cray_site_methods["node_library_path"]
     for step in (["cmake", "-S", str(src), "-B", str(build)], ["cmake", "--build", str(build)]):
         proc = subprocess.run(step, env=env, capture_output=True, text=True, check=False)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     needed, paths = _dynamic(build / "libprobe.so")
     assert soname in needed, (needed, paths)
+    if provider == "cray-mpich":
+        _assert_cray_closure(build / "libprobe.so", prefix,
+                             cray_site_methods["node_library_path"])
     assert f"{prefix}/lib" in paths, (paths, "libmpi not taken from the DAG's MPI")
     assert not [p for p in paths if not p.startswith(str(prefix))], paths
     assert not [n for n in needed if "gtl" in n], needed
@@ -654,9 +692,11 @@ def test_mpi4py_link_on_cray_mpich_has_no_gtl(cray_site_methods, tmp_path, aware
     assert env_vars["MPICC"] == f"{prefix}/bin/mpicc", env_vars
     (tmp_path / "ext.c").write_text(PROBE_CPP.replace('extern "C" ', ""))
     out = tmp_path / "MPI.so"
+    build_env = dict(_build_env(env_vars),
+                     LD_LIBRARY_PATH=cray_site_methods["node_library_path"])
     subprocess.run([env_vars["MPICC"], "-shared", "-fPIC", *env_vars.get("LDFLAGS", "").split(),
-                    "-o", str(out), str(tmp_path / "ext.c")], env=_build_env(env_vars),
-                   check=True)
+                    "-o", str(out), str(tmp_path / "ext.c")], env=build_env, check=True)
     needed, paths = _dynamic(out)
     assert soname in needed and f"{prefix}/lib" in paths, (needed, paths)
+    _assert_cray_closure(out, prefix, cray_site_methods["node_library_path"])
     assert not [n for n in needed if "gtl" in n] and not [p for p in paths if "gtl" in p]
