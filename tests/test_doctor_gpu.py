@@ -275,3 +275,22 @@ def test_real_child_output_is_judged_with_pytorchs_text():
     check = probe.judge("probe.mpi", result)
     assert check.status == FAIL and "doesn't have MPI built in" in check.detail
     assert check.fix.startswith("this PyTorch has no MPI backend")
+
+
+def test_a_torch_that_fails_to_load_by_any_error_is_the_finding(tmp_path):
+    """A torch whose import dies with an OSError (a shared library the loader cannot
+    open, as a torch built for another CUDA does) is reported, not raised."""
+    import subprocess
+    import sys
+
+    broken = tmp_path / "torch"
+    broken.mkdir()
+    (broken / "__init__.py").write_text(
+        "raise OSError('libcudart.so.12: cannot open shared object file')\n")
+    code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+            "from torchmpi.doctor.gpu import probe_torch\n"
+            "print(probe_torch().import_error)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                          text=True, check=False, env={**os.environ, "PYTHONNOUSERSITE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "OSError: libcudart.so.12: cannot open shared object file"
