@@ -120,3 +120,46 @@ def test_render_check_on_a_site_never_rendered_says_so(tmp_path: Path, capsys) -
     assert not out.exists()
     assert main(["render", "--check", "derecho", "-o", str(out), "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["status"] == "never-rendered"
+
+
+def test_no_verb_prints_the_help_on_stderr_and_exits_2(capsys) -> None:
+    assert main([]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "usage: torchmpi" in captured.err
+
+
+def test_no_flag_of_any_verb_says_default_false() -> None:
+    """A flag (``render --json``, ``--check``: no value, no word on its default) is off
+    unless given: the help adds no ``(default: False)`` to it."""
+    parser = cli.build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for verb, sub in action.choices.items():
+        text = " ".join(sub.format_help().split())
+        assert "(default: False)" not in text, verb
+    assert "--check" in action.choices["render"].format_help()
+
+
+def test_a_verb_missing_a_module_names_the_distribution_to_install() -> None:
+    """``ruamel.yaml`` missing: ``pip install ruamel`` (the top-level name)."""
+    from torchmpi.errors import UserError
+
+    parser = argparse.ArgumentParser()
+    cli._register_unavailable(parser.add_subparsers(dest="verb"), "render", "ruamel.yaml")
+    args = parser.parse_args(["render", "x"])
+    with pytest.raises(UserError, match=r"'ruamel\.yaml', which is not installed here "
+                                        r"\(pip install ruamel\)"):
+        args.func(args)
+
+
+def test_a_torchmpi_bug_exits_with_sysexits_software_error(tmp_path: Path, monkeypatch,
+                                                            capsys) -> None:
+    """An InternalError (here: a producer whose YAML does not load back, as
+    tests/test_render.py plants it) exits 70, sysexits.h's EX_SOFTWARE, not 2."""
+    from torchmpi import spackenv
+
+    def broken(site, outdir):
+        return ["spack:\n  specs: [\n"], {"spack": {}}
+
+    monkeypatch.setattr(spackenv, "spack_yaml", broken)
+    assert main(["render", "derecho", "-o", str(tmp_path / "env")]) == 70
+    assert "internal error (a torchmpi bug" in capsys.readouterr().err
