@@ -269,11 +269,12 @@ def test_headers_select_the_branch_each_build_compiled(tmp_path: Path) -> None:
 OPS = ("all_reduce", "broadcast", "all_gather[0]", "all_gather[1]", "scatter")
 
 
-def _device(lines: list[str]) -> dict[str, str]:
-    """``{"R <op>": "ok" | "WRONG"}`` from the streams mode's device lines."""
+def _verdicts(lines: list[str], marker: str = ": device ") -> dict[str, str]:
+    """``{"R <op>": "ok" | "WRONG" | <error>}`` from the driver's lines that carry
+    ``marker`` (the streams mode's ``: device ``, the future mode's ``: device future ``)."""
     found = {}
     for line in lines:
-        rank, _, rest = line.partition(": device ")
+        rank, _, rest = line.partition(marker)
         if rest:
             op, _, verdict = rest.partition(" ")
             found[f"{rank.split()[1]} {op}"] = verdict.split(":")[0]
@@ -320,7 +321,7 @@ def test_stream_order_on_a_stand_in_device(builds: dict[str, Path], name: str) -
     device outputs as it completes: 5 on the root, 4 elsewhere, where gather has
     none); with CPU tensors the stand-in is never called."""
     lines = run("mpich", builds[name], "streams", MPICH_GPU_SUPPORT_ENABLED="1")
-    assert _device(lines) == _want({}), lines
+    assert _verdicts(lines) == _want({}), lines
     assert [line for line in lines if "cpu stand-in calls" in line] == [
         f"rank {r}: cpu stand-in calls 0" for r in (0, 1)], lines
     assert [line for line in lines if "waits:" in line] == [
@@ -344,7 +345,7 @@ def test_each_wait_is_what_orders(builds: dict[str, Path], ignored: str,
     that wait matters -- so the right values above come from the patch."""
     lines = run("mpich", builds["mpich"], "streams", MPICH_GPU_SUPPORT_ENABLED="1",
                 TORCHMPI_LAZY_IGNORE=ignored)
-    assert _device(lines) == _want(verdicts), lines
+    assert _verdicts(lines) == _want(verdicts), lines
 
 
 def test_open_mpi_build_carries_the_stream_order(builds: dict[str, Path]) -> None:
@@ -356,17 +357,6 @@ def test_open_mpi_build_carries_the_stream_order(builds: dict[str, Path]) -> Non
         f"rank {r}: cpu stand-in calls 0" for r in (0, 1)], lines
     assert {line.partition(": ")[2] for line in lines if "device" in line} == {
         f"device rejected: {NOT_AWARE}"}, lines
-
-
-def _future(lines: list[str]) -> dict[str, str]:
-    """``{"R <what>": "ok" | "WRONG" | <error>}`` from the future mode's lines."""
-    found = {}
-    for line in lines:
-        rank, _, rest = line.partition(": device future ")
-        if rest:
-            what, _, verdict = rest.partition(" ")
-            found[f"{rank.split()[1]} {what}"] = verdict.split(":")[0]
-    return found
 
 
 FUTURE_OPS = ("all_gather[0]", "all_gather[1]", "then")
@@ -389,7 +379,7 @@ def test_device_future_orders_what_is_chained_on_it(builds: dict[str, Path], ign
     callback of a device-aware future) is read unrun."""
     env = {"TORCHMPI_LAZY_IGNORE": ignored} if ignored else {}
     lines = run("mpich", builds["mpich"], "future", MPICH_GPU_SUPPORT_ENABLED="1", **env)
-    got = _future(lines)
+    got = _verdicts(lines, ": device future ")
     want = {f"{r} {what}": "ok" for r in (0, 1) for what in FUTURE_OPS}
     want.update({key: "WRONG" for key in wrong})
     assert got == want, lines
