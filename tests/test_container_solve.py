@@ -28,14 +28,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from torchmpi import container, pairs, paths
+from torchmpi import container, gpuvendor, pairs, paths
 from torchmpi import site as sitemod
 from torchmpi.lock import Lock
 
 pytestmark = [pytest.mark.spack, pytest.mark.concretize]
 
-#: Sites with a container descriptor.  An AMD GPU site has none yet (no ROCm base
-#: image; tests/test_container.py::test_an_amd_site_has_no_container_yet).
+#: Sites with a container descriptor (Frontier's is an AMD image: ROCm externals, RCCL).
 SITES = [n for n in sitemod.available()
          if "container" in (yaml.safe_load((paths.sites_dir() / f"{n}.yaml").read_text()) or {})]
 #: One xdist group per site: the solves spread over the workers (tests/conftest.py
@@ -43,8 +42,13 @@ SITES = [n for n in sitemod.available()
 BY_SITE = [pytest.param(name, id=name, marks=pytest.mark.xdist_group(f"container-solve-{name}"))
            for name in SITES]
 
-#: Where the base images keep what the container environment takes as external.
+#: Where the base images keep what the container environment takes as external
+#: (and an AMD image its ROCm, /opt/rocm-<version>: :func:`_image_prefixes`).
 IMAGE_PREFIXES = ("/usr", "/usr/local/cuda")
+
+
+def _image_prefixes(site: sitemod.Site) -> tuple[str, ...]:
+    return IMAGE_PREFIXES + ((f"/opt/rocm-{site.rocm['version']}",) if site.rocm else ())
 
 
 @dataclass
@@ -99,7 +103,9 @@ def solves(spack, tmp_path_factory) -> Solves:
 
 
 def _cuda_aware(site: sitemod.Site) -> bool:
-    return bool(site.gpu) and site.data["mpi"].get("cuda_aware", True)
+    """The image's torch takes device tensors through MPI: a CUDA-aware NVIDIA site
+    (an AMD image's torch is ``~cuda_aware_mpi``: container.plan.AMD_OVERRIDE)."""
+    return bool(site.gpu) and not site.rocm and site.data["mpi"].get("cuda_aware", True)
 
 
 @pytest.mark.parametrize("name", BY_SITE)
@@ -110,9 +116,13 @@ def test_one_torch_with_the_mpi_backend(solves: Solves, name: str) -> None:
     assert len(torches) == 1, [t.label for t in torches]
     variants = torches[0].variants
     assert variants["mpi"] is True
-    assert variants["cuda"] is bool(res.site.gpu)
+    assert variants["cuda"] is (bool(res.site.gpu) and not res.site.rocm)
+    assert bool(variants.get("rocm")) is bool(res.site.rocm)
     assert bool(variants.get("cuda_aware_mpi")) is _cuda_aware(res.site)
-    if res.site.gpu:
+    if res.site.rocm:
+        assert variants["amdgpu_target"] == res.site.amdgpu_targets
+        assert torches[0].version == str(res.site.data["torch"]["versions"][0])
+    elif res.site.gpu:
         assert variants["cuda_arch"] == res.site.cuda_archs  # [80, 86] on Delta
     assert lock.root_mismatches() == []
     assert sorted(n.name for n in lock.roots) == sorted(
@@ -158,7 +168,13 @@ def test_nccl_pairs_with_the_plugin_the_site_injects(solves: Solves, name: str) 
     nccl = [n.version for n in lock.named("nccl")]
     plugin = [n.version for n in lock.named("aws-ofi-nccl")]
     pin = res.plan.nccl
-    if not res.site.gpu:
+    if res.site.rocm:  # RCCL, ROCm's release, with the plugin vouched with it (+rocm)
+        rccl = [n.version for n in lock.named("rccl")]
+        assert (nccl, rccl, plugin) == ([], [pin["rccl"]], [pin["plugin"]])
+        assert pin["rccl"] == str(res.site.rocm["version"])
+        [node] = lock.named("aws-ofi-nccl")
+        assert node.variants["rocm"] is True and node.variants["cuda"] is False
+    elif not res.site.gpu:
         assert (nccl, plugin) == ([], [])
     elif res.site.data["fabric"] == "slingshot":
         chosen = pairs.choose(pin)
@@ -176,7 +192,7 @@ def test_nccl_pairs_with_the_plugin_the_site_injects(solves: Solves, name: str) 
 def test_no_external_outside_the_image(solves: Solves, name: str) -> None:
     res, lock = solves.lock(name)
     outside = {n.label: n.external_path for n in lock.externals
-               if n.external_path not in IMAGE_PREFIXES}
+               if n.external_path not in _image_prefixes(res.site)}
     assert outside == {}
     versions = {n.name: n.version for n in lock.externals}
     # glibc: Spack 1.1 takes the libc from the compiler it runs, so an off-site
@@ -184,7 +200,10 @@ def test_no_external_outside_the_image(solves: Solves, name: str) -> None:
     # (the Containerfile concretizes inside the image) records the image's.
     assert versions.pop("glibc", None) is not None
     want = {"gcc": container.OS_IMAGES[res.plan.os]["gcc"]}
-    if res.site.gpu:
+    if res.site.rocm:
+        want.update({c: str(res.site.rocm["version"])
+                     for c in gpuvendor.table()["amd"]["rocm_components"]})
+    elif res.site.gpu:
         want["cuda"] = res.site.gpu["cuda"]["spec"].split("@", 1)[1].split()[0]
     assert versions == want
 

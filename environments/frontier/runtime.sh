@@ -1,7 +1,7 @@
 # Rendered by torchmpi 0.1.0 from sites/frontier.yaml; do not edit by hand:
 # change the site file and run `torchmpi render frontier` (docs/sites.md).
 # spack v1.1.0, builtin spack-packages v2026.06.0
-# site-sha256: bca03bb05fcfbdad3b2eeb97522554b76f46ee07f7943b845392c31cd4cfa77a
+# site-sha256: 4c9ce77f1072361482c9cad6f38c922939b2a8ce8eb48cdc08581bc5661c8cca
 # body-sha256: 062380ec46838ffdcf760b7d3237faf0dd0c064d45a9cbd27d0fe9f9950ba31c
 # Runtime variables for jobs on 'frontier' (launcher: slurm, fabric: slingshot).
 # Source this file in the job script; it changes nothing at build time.

@@ -18,14 +18,18 @@ rules read (which runtimes inject what, the CE netstack artifacts) lives here, a
 
 from __future__ import annotations
 
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from torchmpi import cudaaware, pairs, runtime
+import yaml
+
+from torchmpi import cudaaware, gpuvendor, pairs, runtime
 from torchmpi.checks.common import Problem
 
 #: ``container.runtime`` values (site.schema.json lists the same).
-RUNTIMES = ("ce", "podman-hpc", "shifter", "apptainer", "podman")
+RUNTIMES = ("ce", "podman-hpc", "shifter", "apptainer", "singularity", "podman")
 #: Container runtimes whose descriptor binds the host's Cray MPICH (lib-abi-mpich)
 #: and libfabric into the image (NCAR's apptainer bind model, NERSC's podman-hpc
 #: ``--mpi`` and shifter's MPICH module).
@@ -55,6 +59,29 @@ NETSTACK_ARTIFACTS: dict[str, tuple[str, ...]] = {
                 "gpu:cuda13,cxi:14.0.0,ofi:2.5.1,aws:1.18.0+dl"),
 }
 
+@cache
+def base_images() -> dict[str, Any]:
+    """``data/containers/base_images.yaml``: each OS's compiler and CPU image, and the
+    GPU vendors' images by OS, as data (the file says where each value is from)."""
+    ref = resources.files("torchmpi").joinpath("data", "containers", "base_images.yaml")
+    return yaml.safe_load(ref.read_text(encoding="utf-8"))
+
+
+#: GPU vendor -> {prefix, build: {os: image}, final: {os: image}} (base_images.yaml).
+GPU_IMAGES: dict[str, dict[str, Any]] = base_images()["gpu"]
+#: What an AMD image runs under: apptainer, with the host's Cray MPICH, libfabric and
+#: ROCm bound by the centre's own modules (OLCF: olcf/olcf-user-docs@f0571fe
+#: software/containers_on_frontier.rst:289-291, ``olcf-container-tools`` then
+#: ``apptainer-enable-mpi``/``apptainer-enable-gpu``; LUMI: Lumi-supercomputer/
+#: LUMI-AI-Guide@a7e3387 02-setting-up-environment/README.md:84-92,
+#: ``lumi-aif-singularity-bindings``).  CE's hook, podman-hpc and shifter serve the
+#: NVIDIA sites torchmpi knows; none of them is what an AMD centre documents.
+AMD_RUNTIMES = ("apptainer", "singularity")
+#: Runtimes whose wrapper relies on the centre's binding modules (``container.modules``):
+#: ``singularity`` only that way (LUMI's ``singularity`` command with its bindings module).
+MODULE_RUNTIMES = ("apptainer", "singularity")
+
+
 def _container(data: dict[str, Any]) -> list[Problem]:
     """A ``container.runtime`` the site's MPI or fabric cannot serve.
 
@@ -79,11 +106,23 @@ def _container(data: dict[str, Any]) -> list[Problem]:
             f" is {kind}: the hybrid model with this MPI is not supported here{also};"
             " allowed: podman (the image's own MPI; off Slingshot), or ce on Slingshot"
             " (docs/containers.md)"))]
-    if rt in INJECTS_CRAY and not (data.get("mpi") or {}).get("prefix"):
+    if box.get("modules") and rt not in MODULE_RUNTIMES:
+        return [(("container", "modules"), (
+            f"container.modules names the centre's apptainer binding modules, and the"
+            f" runtime is {rt}; allowed: container.runtime"
+            f" {' or '.join(MODULE_RUNTIMES)}, or no container.modules"))]
+    if rt == "singularity" and not box.get("modules"):
+        return [(where, (
+            "singularity runs here with the centre's binding modules (LUMI:"
+            " lumi-aif-singularity-bindings), and the site file names none; allowed:"
+            " container.modules: [the centre's modules, in load order], or apptainer"))]
+    if (rt in INJECTS_CRAY and not (data.get("mpi") or {}).get("prefix")
+            and not box.get("modules")):
         what = "the centre's Open MPI" if host_mpi else "Cray MPICH's lib-abi-mpich"
         return [(where, (
             f"{rt} binds the host's MPI ({what}) from mpi.prefix, which the site file does"
-            " not give; allowed: podman, or mpi.prefix"))]
+            " not give; allowed: podman, mpi.prefix, or (apptainer) container.modules"
+            " naming the centre's modules that bind it"))]
     if rt == "podman" and fabric == "slingshot":
         return [(where, (
             "plain podman injects nothing, so the image's own libfabric runs, and one Spack"
@@ -191,8 +230,10 @@ def _bind_model(data: dict[str, Any], rt: str) -> list[Problem]:
     """What binding the host's Cray MPICH needs of ``mpi.prefix``: its /opt/cray root,
     and on a CUDA-aware site the GTL directory beside it."""
     host_mpi = rt == "apptainer" and data["mpi"]["kind"] in APPTAINER_HOST_MPI
-    if rt not in ("podman-hpc", "apptainer") or host_mpi:
-        return []  # shifter's modules bind Cray's tree; a centre's Open MPI is bound as is
+    if rt not in ("podman-hpc", "apptainer") or host_mpi or data["container"].get("modules"):
+        # shifter's modules bind Cray's tree, as the centre's apptainer modules do;
+        # a centre's Open MPI is bound as is
+        return []
     prefix = data["mpi"]["prefix"]
     out: list[Problem] = []
     if cray_root(data) is None:
@@ -233,4 +274,43 @@ def for_container_verb(data: dict[str, Any], resolved: runtime.Runtime) -> list[
             " descriptor cannot add to it; allowed: no runtime.prepend_path/append_path"
             " with shifter (an admin adds it with a shifter module's siteEnvPrepend or"
             " siteEnvAppend, udiRoot.conf), or container.runtime podman-hpc")))
+    if gpuvendor.of(data) == "amd":
+        return out + _amd(data, rt)
+    if box.get("modules"):
+        return out + [(("container", "modules"), (
+            "the centre's binding modules serve AMD images here (OLCF, LUMI); an NVIDIA"
+            " image's host stack is bound from mpi.prefix; allowed: no container.modules"
+            " (apptainer's bind model: docs/containers.md)"))]
     return out + _pair(data, rt) + _bind_model(data, rt)
+
+
+def _amd(data: dict[str, Any], rt: str) -> list[Problem]:
+    """An AMD image: apptainer with the centre's binding modules, a ROCm image for the OS,
+    and RCCL as ROCm's release (no NCCL pin).  The ROCm/plugin pair itself was checked
+    at load (:func:`torchmpi.gpuvendor.problems`: a ROCm no source vouches for is refused
+    by every verb)."""
+    box = data["container"]
+    if rt not in AMD_RUNTIMES:
+        return [(("container", "runtime"), (
+            f"{rt} has no AMD image here: the AMD centres torchmpi knows run apptainer or"
+            " singularity with their own binding modules (OLCF, LUMI: docs/containers.md);"
+            f" allowed: {', '.join(AMD_RUNTIMES)} with container.modules"))]
+    out: list[Problem] = []
+    if not box.get("modules"):
+        out.append((("container", "runtime"), (
+            "apptainer on an AMD site binds the host's Cray MPICH, libfabric and GPU"
+            " libraries through the centre's modules (OLCF: olcf-container-tools,"
+            " apptainer-enable-mpi, apptainer-enable-gpu; LUMI:"
+            " lumi-aif-singularity-bindings), and the site file names none; allowed:"
+            " container.modules: [the centre's modules, in load order]")))
+    images = GPU_IMAGES["amd"]["build"]
+    if box["os"] not in images:
+        out.append((("container", "os"), (
+            f"{box['os']}: AMD publishes no ROCm development image for it (rocm/dev-<os>);"
+            f" allowed: {', '.join(images)}")))
+    if box.get("nccl"):
+        out.append((("container", "nccl"), (
+            "container.nccl pins NVIDIA's NCCL and its plugin; an AMD image's RCCL is its"
+            " ROCm release (gpu.rocm.version) with the plugin vouched with it; allowed: no"
+            " container.nccl")))
+    return out

@@ -93,8 +93,9 @@ def edf_text(site: Site, p: Plan) -> str:
 
 
 def _env_args(site: Site, flag: str, engine: str,
-              extra: dict[str, str] | None = None) -> list[str]:
-    env = {MARKER: engine, **(extra or {}), **site.environment}
+              extra: dict[str, str] | None = None,
+              override: dict[str, str] | None = None) -> list[str]:
+    env = {MARKER: engine, **(extra or {}), **site.environment, **(override or {})}
     return [f"{flag} {shlex.quote(f'{k}={v}')}" for k, v in env.items()]
 
 
@@ -193,6 +194,65 @@ def _centre_mpi_what(site: Site, p: Plan) -> list[str]:
         f"TORCHMPI_IMAGE: the .sif (default {site.name}.sif)."]
 
 
+def _module_check(modules: list[str]) -> list[str]:
+    """Shell lines that stop the wrapper unless each module is loaded (Lmod's and
+    Environment Modules' ``LOADEDMODULES``: ``name`` or ``name/version``): without the
+    centre's binding modules the image's own MPICH and libfabric would run, silently."""
+    names = " ".join(shlex.quote(m) for m in modules)
+    return [f"  for m in {names}; do",
+            '    case ":${LOADEDMODULES:-}:" in',
+            '      *":$m:"* | *":$m/"*) ;;',
+            ('      *) echo "run.sh: module $m is not loaded; load it in the job script before'
+             ' srun (TORCHMPI_CONTAINER_INJECT=0: run on the image stack alone)" >&2'),
+            "         exit 2 ;;",
+            "    esac",
+            "  done"]
+
+
+#: Per runtime run with the centre's binding modules: the command, the prefix by which
+#: the host passes a variable into the container, and the GPU flags the centre passes.
+#: apptainer (OLCF): ``--rocm`` (olcf/olcf_containers_examples@032b962
+#: frontier/containers_on_frontier_docs/gpu_aware_mpi_example/submit642.sbatch:63-64);
+#: singularity (LUMI): none, the image's own ROCm with the node's /dev
+#: (Lumi-supercomputer/LUMI-AI-Guide@a7e3387 05-multi-gpu-and-node/run_ddp_srun.sh:38).
+MODULE_RUNTIME_WORDS = {"apptainer": ("apptainer", "APPTAINERENV_", "--rocm "),
+                        "singularity": ("singularity", "SINGULARITYENV_", "")}
+
+
+def apptainer_modules_sh(site: Site, p: Plan) -> str:
+    """Apptainer (or singularity) with the host's stack bound by the centre's modules (AMD
+    sites): the wrapper checks they are loaded, adds the site's native aws-ofi-nccl in
+    front of the library path the modules set (``APPTAINERENV_LD_LIBRARY_PATH``, as OLCF's
+    PyTorch example does: olcf/olcf_containers_examples@032b962
+    frontier/sample_apps/pytorch/olcfbaseimage/submit.sbatch:19) and passes the centre's
+    GPU flags (:data:`MODULE_RUNTIME_WORDS`)."""
+    command, prefix, gpu = MODULE_RUNTIME_WORDS[p.runtime]
+    ld = f"{prefix}LD_LIBRARY_PATH"
+    mods = " ".join(p.modules)
+    what = [(f"{command.capitalize()} wrapper for '{site.name}' (the centre's binding"
+             " modules): the host's"),
+            "Cray MPICH, libfabric and GPU libraries replace the image's. In the job script,",
+            f"before srun: module load {mods}",
+            "(only to run: loaded for a build they can break it, containers_on_frontier).",
+            (f"TORCHMPI_PLUGIN_LIB: lib dir of the site's aws-ofi-nccl {p.nccl.get('plugin')}"
+             f" (RCCL {p.nccl.get('rccl')})."),
+            "MPICH_GPU_SUPPORT_ENABLED=0: the image's torch passes host tensors to MPI,",
+            "device tensors go through RCCL (docs/containers.md).",
+            f"Launch: {p.launch}",
+            f"TORCHMPI_IMAGE: the .sif (default {site.name}.sif).",
+            "TORCHMPI_CONTAINER_INJECT=0 (and the modules not loaded): the image's own stack."]
+    body = ['inject=()', 'if [ "${TORCHMPI_CONTAINER_INJECT:-1}" != 0 ]; then',
+            *_module_check(p.modules),
+            '  if [ -n "${TORCHMPI_PLUGIN_LIB:-}" ]; then',
+            f'    inject+=(--bind "$TORCHMPI_PLUGIN_LIB:{PLUGIN_DIR}:ro")',
+            f'    export {ld}="{PLUGIN_DIR}${{{ld}:+:${ld}}}"',
+            '  fi', 'fi']
+    body.append(f'exec {command} exec {gpu}"${{inject[@]}}" '
+                + " ".join(_env_args(site, "--env", command, p.env, p.override))
+                + _command(site))
+    return _script(site, what, body, image=f"{site.name}.sif")
+
+
 def apptainer_sh(site: Site, p: Plan) -> str:
     """NCAR's bind model (NCAR/hpc-demos containers/tutorial/apptainer/FastEddy/
     run_fasteddy_container.pbs): /run for Cray MPICH's launch, the host libraries first."""
@@ -271,6 +331,8 @@ def _shifter_files(site: Site, p: Plan) -> dict[str, str]:
 
 
 def _apptainer_files(site: Site, p: Plan) -> dict[str, str]:
+    if p.modules:  # the centre's modules bind the stack; no podman equivalent of them
+        return {"run.sh": apptainer_modules_sh(site, p)}
     return {"run.sh": apptainer_sh(site, p), "run-podman.sh": podman_sh(site, p)}
 
 
@@ -284,6 +346,7 @@ DESCRIPTORS: dict[str, Callable[[Site, Plan], dict[str, str]]] = {
     "podman-hpc": _podman_hpc_files,
     "shifter": _shifter_files,
     "apptainer": _apptainer_files,
+    "singularity": _apptainer_files,
     "podman": _podman_files,
 }
 

@@ -11,9 +11,10 @@ import re
 import shlex
 from typing import Any
 
-from torchmpi import __version__, paths
+from torchmpi import __version__, gpuvendor, paths, torches
 from torchmpi.container.plan import (
     ENV_DIR,
+    GPU_IMAGES,
     OS_IMAGES,
     PACKAGES_DIR,
     SPACK_DIR,
@@ -30,9 +31,20 @@ from torchmpi.yamltext import Block, comment, document
 
 
 def roots(site: Site, p: Plan) -> list[str]:
-    """The container environment's roots: the site's, at the image's generic target."""
+    """The container environment's roots: the site's, at the image's generic target.
+
+    AMD: ``~cuda_aware_mpi`` (plan.AMD_OVERRIDE says why) and the site's torch release,
+    as the native root pins it: the image is one (ROCm, torch) pair that builtin
+    py-torch accepts (torchmpi.gpuvendor checked it at load)."""
     extra = site.data["extra_specs"]
-    return [f"{spec} target={p.target}" for spec in (site.root_spec, *extra)]
+    root = site.root_spec
+    if site.rocm:
+        root = root.replace("+cuda_aware_mpi", "~cuda_aware_mpi")
+    out = [f"{spec} target={p.target}" for spec in (root, *extra)]
+    releases = torches.versions(site.data) if site.rocm else []
+    if releases:
+        out[0] += f" ^py-torch@={releases[0]}"
+    return out
 
 
 #: The container environment's solver settings.  Every node is required at one
@@ -88,6 +100,16 @@ def spack_env(site: Site, p: Plan) -> dict[str, Any]:
     if cuda:
         packages["cuda:"] = {"buildable": False,
                              "externals": [{"spec": f"cuda@{cuda}", "prefix": "/usr/local/cuda"}]}
+    if site.rocm:
+        # The image's ROCm, the same components the native AMD site takes from its
+        # ROCm (data/gpu_vendors.yaml), at the prefix the ROCm image installs them in.
+        rocm = str(site.rocm["version"])
+        prefix = str(GPU_IMAGES["amd"]["prefix"]).format(version=rocm)
+        for name in gpuvendor.table()["amd"]["rocm_components"]:
+            packages[f"{name}:"] = {"buildable": False,
+                                    "externals": [{"spec": f"{name}@{rocm}", "prefix": prefix}]}
+    if p.nccl.get("rccl"):
+        packages["rccl"] = {"require": [f"@{p.nccl['rccl']}"]}
     if p.nccl.get("version"):
         packages["nccl"] = {"require": [f"@{p.nccl['version']}"]}
     if p.nccl.get("plugin"):
@@ -122,7 +144,10 @@ def spack_yaml(site: Site, p: Plan) -> str:
                             else "built in the image, nothing injected."),
         "shared_linking runpath: LD_LIBRARY_PATH (the injected host libraries) outranks",
         "the image's own library paths (DT_RPATH would not let it).",
-        "externals: only the base image's gcc (/usr) and CUDA (/usr/local/cuda).",
+        ("externals: only the base image's gcc (/usr) and ROCm components"
+         f" ({GPU_IMAGES['amd']['prefix'].format(version=site.rocm['version'])})."
+         if site.rocm else
+         "externals: only the base image's gcc (/usr) and CUDA (/usr/local/cuda)."),
         "concretizer: generic targets, static analysis and no duplicate nodes leave out",
         "of the solve what the requirements exclude (same DAG, faster; docs/performance.md).",
     ]
@@ -142,12 +167,15 @@ def _pins() -> tuple[str, str, str]:
 
 
 def base_images(site: Site, p: Plan) -> tuple[str, str]:
-    """(build, final) images, pinned: NVIDIA's CUDA images at the site's CUDA release."""
+    """(build, final) images, pinned: the GPU vendor's images at the site's CUDA or ROCm
+    release (data/containers/base_images.yaml), the OS's own image without a GPU."""
     box = site.data["container"]
     cuda = _cuda_version(site)
-    if cuda:
-        build = f"nvcr.io/nvidia/cuda:{cuda}-devel-{p.os}"
-        final = f"nvcr.io/nvidia/cuda:{cuda}-runtime-{p.os}"
+    release = str(site.rocm["version"]) if site.rocm else cuda
+    if release:
+        images = GPU_IMAGES[str(site.gpu_vendor)]
+        build = images["build"][p.os].format(version=release)
+        final = images["final"][p.os].format(version=release)
     else:
         build = final = OS_IMAGES[p.os]["cpu"]
     return box.get("base", build), box.get("final", final)
@@ -165,6 +193,8 @@ def labels(site: Site, p: Plan) -> dict[str, str]:
         "org.torchmpi.mpi": p.mpi,
         "org.torchmpi.target": p.target,
     }
+    if p.nccl.get("rccl"):
+        out["org.torchmpi.rccl"] = p.nccl["rccl"]
     if p.nccl.get("version"):
         out["org.torchmpi.nccl"] = p.nccl["version"]
     if p.nccl.get("plugin"):
@@ -203,7 +233,7 @@ def containerfile_instructions(site: Site, p: Plan) -> list[Instruction]:
         ("COPY", "--from=build /opt/views /opt/views"),
         ("COPY", f"--from=build {ENV_DIR} {ENV_DIR}"),
     ]
-    if site.gpu:
+    if site.gpu and not site.rocm:
         # CSCS known issue: the cuda-dl plugin dlopens the unversioned libcudart.so
         # (eth-cscs/cscs-docs docs/software/container-engine/known-issue.md).
         lib = "/usr/local/cuda/lib64"
@@ -257,7 +287,8 @@ def containerfile(site: Site, p: Plan) -> str:
     instructions = containerfile_instructions(site, p)
     text = comment(
         f"Image for site '{site.name}': bootstrap (pinned Spack + clingo), build (the",
-        "container spack.yaml), final (CUDA runtime + /opt/software, /opt/views).",
+        "container spack.yaml), final ("
+        + ("ROCm" if site.rocm else "CUDA runtime") + " + /opt/software, /opt/views).",
         "Build context: `scripts/container-context.sh DIR` puts spack/, spack-packages/",
         "and torchmpi/ beside this file (docs/containers.md).",
         "No NCCL_*/FI_* ENV here: the run-time descriptor sets them (in CE the image's",

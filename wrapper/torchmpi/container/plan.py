@@ -12,16 +12,13 @@ output reads them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
-from typing import Any
 
-import yaml
-
-from torchmpi import pairs
+from torchmpi import gpuvendor, pairs
 from torchmpi.checks import container as checks
 from torchmpi.checks.container import (  # noqa: F401 (re-exported by torchmpi.container)
     APPTAINER_HOST_MPI,
+    GPU_IMAGES,
     INJECTS_CRAY,
     INJECTS_PLUGIN,
     NETSTACK_ARTIFACTS,
@@ -82,15 +79,9 @@ CE_MPICH = "mpich@4.3.1 device=ch4 netmod=ofi +xpmem"
 #: (the same page).
 CE_HMEM = {"MPIR_CVAR_CH4_OFI_ENABLE_HMEM": "1"}
 
-def _base_images() -> dict[str, Any]:
-    """``data/containers/base_images.yaml``: each OS's compiler and CPU image, as data."""
-    ref = resources.files("torchmpi").joinpath("data", "containers", "base_images.yaml")
-    return yaml.safe_load(ref.read_text(encoding="utf-8"))
-
-
 #: Base images by ``container.os`` (the data file says where each value is from):
 #: the OS's system compiler and the image of a CPU-only site.
-_BASE_IMAGES = _base_images()
+_BASE_IMAGES = checks.base_images()
 OS_IMAGES: dict[str, dict[str, str]] = {
     name: {k: str(v) for k, v in image.items()}
     for name, image in _BASE_IMAGES["images"].items()}
@@ -131,6 +122,12 @@ class Plan:
     netstack: tuple[str, str] | None = None
     #: How the ranks are started, for the descriptor's header (empty: the runtime's own).
     launch: str = ""
+    #: The centre's modules that bind the host's stack (AMD sites: apptainer's
+    #: ``container.modules``), loaded in the job before the ranks start.
+    modules: list[str] = field(default_factory=list)
+    #: Set over the site's runtime variables in the container (AMD: what the image's
+    #: torch can serve; see :func:`_amd`).
+    override: dict[str, str] = field(default_factory=dict)
 
 
 def generic_target(site: Site) -> str:
@@ -162,6 +159,8 @@ def plan(site: Site) -> Plan:
     found = checks.for_container_verb(site.data, site.runtime)
     if found:
         raise site.refuse(found, "the site file cannot be rendered as a container")
+    if site.rocm:
+        return _amd(site)
     d = site.data
     box = d["container"]
     rt = box["runtime"]
@@ -282,6 +281,33 @@ def _bind_centre_mpi(site: Site, out: Plan) -> None:
 
 
 def _cuda_version(site: Site) -> str | None:
-    if not site.gpu:
+    if not site.gpu or site.rocm:
         return None
     return str(site.gpu["cuda"]["spec"]).split("@", 1)[1].split()[0]
+
+
+#: AMD: Cray MPICH's switch for device buffers, off in the container.  The image's MPI is
+#: the ABI stand-in, and builtin-derived py-torch refuses ``+rocm +cuda_aware_mpi`` on
+#: any MPI but cray-mpich +rocm (the torchmpi py-torch package: the patched check cannot
+#: see another MPI's ROCm support), so the image's torch is ``~cuda_aware_mpi``: it loads
+#: no GTL for HSA, and Cray MPICH with the switch on and no GTL aborts in MPI_Init
+#: (olcf/olcf-user-docs@f0571fe systems/frontier_user_guide.rst:4068-4072).  RCCL carries
+#: the device tensors; MPI the host ones.
+AMD_OVERRIDE = {"MPICH_GPU_SUPPORT_ENABLED": "0"}
+
+
+def _amd(site: Site) -> Plan:
+    """An AMD image: ROCm's base image of the site's release, RCCL as that release with the
+    plugin vouched with it (the site's native plugin, bound at run time), Cray MPICH's ABI
+    stand-in (OLCF: "MPICH 3.4.2 is required ... ABI compatible with the cray-mpich-abi
+    module", olcf/olcf-user-docs@f0571fe software/containers_on_frontier.rst:44; OLCF's
+    own CPE base images carry mpich@3.4.3, the same file :190-271), and the host's stack
+    bound by the centre's modules (``container.modules``)."""
+    box = site.data["container"]
+    rocm = str(site.rocm["version"]) if site.rocm else ""
+    pair = gpuvendor.rccl_pair(rocm)
+    assert pair is not None  # gpuvendor refused an unvouched ROCm at load
+    return Plan(runtime=box["runtime"], target=generic_target(site), os=box["os"],
+                mpi=f"{CRAY_STANDIN} ~cuda", nccl={"rccl": pair[0], "plugin": pair[1]},
+                lib_path=[PLUGIN_DIR], modules=[str(m) for m in box["modules"]],
+                override=dict(AMD_OVERRIDE), launch="srun -n N ./run.sh python train.py")
