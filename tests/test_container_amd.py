@@ -83,6 +83,28 @@ def test_rccl_is_the_roc_release_with_its_vouched_plugin(name: str) -> None:
     assert "org.torchmpi.nccl" not in labels
 
 
+def test_rocm_libraries_the_site_takes_from_its_rocm_come_from_the_complete_image(
+        tmp_path: Path) -> None:
+    """A site that takes RCCL (and the like) from its ROCm as externals (LUMI: builtin
+    has no such release) gets them from the image's ROCm, the ``-complete`` image
+    (``rocm-libs``), at the image's prefix, without the site's modules."""
+    def rccl_external(data: dict) -> None:
+        data["externals"] = [{"spec": "rccl@7.1.1 amdgpu_target=gfx90a",
+                              "prefix": "/opt/rocm-7.1.1", "modules": ["rocm/7.1.1"],
+                              "buildable": False},
+                             {"spec": "zlib@1.3", "prefix": "/usr"}]
+    path = write_site(tmp_path / "sites", "frontier", rccl_external)
+    site = sitemod.load(str(path))
+    files = container.render(site)
+    packages = yaml.safe_load(files["spack.yaml"])["spack"]["packages"]
+    assert packages["rccl:"] == {"buildable": False, "externals": [
+        {"spec": "rccl@7.1.1 amdgpu_target=gfx90a", "prefix": "/opt/rocm-7.1.1"}]}
+    assert "zlib:" not in packages  # a host library outside ROCm stays out of the image
+    froms = {a.split(" AS ")[0] for w, a in container.parse_containerfile(files["Containerfile"])
+             if w == "FROM" and not a.startswith("bootstrap")}
+    assert froms == {"docker.io/rocm/dev-ubuntu-24.04:7.1.1-complete"}
+
+
 @pytest.mark.parametrize("name", AMD)
 def test_the_root_is_the_sites_torch_without_mpi_device_buffers(name: str) -> None:
     """``~cuda_aware_mpi`` (py-torch refuses ``+rocm +cuda_aware_mpi`` on the MPICH
@@ -172,7 +194,11 @@ def test_singularity_runs_with_the_centres_module_and_no_rocm_flag(tmp_path: Pat
     def lumi_like(data: dict) -> None:
         data["container"]["runtime"] = "singularity"
         data["container"]["modules"] = ["lumi-aif-singularity-bindings"]
+        data["container"]["modulepath"] = "/appl/local/laifs/modules"
     path = write_site(tmp_path / "sites", "frontier", lumi_like)
+    text = container.render(sitemod.load(str(path)))["run.sh"]
+    assert ("# before srun: module use /appl/local/laifs/modules; module load"
+            " lumi-aif-singularity-bindings\n") in text
     proc = _run(tmp_path, str(path), {
         "LOADEDMODULES": "lumi-aif-singularity-bindings",
         "SINGULARITYENV_LD_LIBRARY_PATH": "/opt/cray/pe/lib64",

@@ -3,11 +3,11 @@
 # change the site file and run `torchmpi container frontier` (docs/containers.md).
 # spack v1.1.0, builtin spack-packages v2026.06.0
 # site-sha256: 4c9ce77f1072361482c9cad6f38c922939b2a8ce8eb48cdc08581bc5661c8cca
-# body-sha256: 94e37cebf57fd36a721d1caf2e55a2d846abfa1282ab98b4f061f1cd6622a6cb
+# body-sha256: 23ae6a3691ee3e1f464e072d6651c4af967eaf1b0798f6e838a21bfbc7133ea3
 # Apptainer wrapper for 'frontier' (the centre's binding modules): the host's
 # Cray MPICH, libfabric and GPU libraries replace the image's. In the job script,
 # before srun: module load olcf-container-tools apptainer-enable-mpi apptainer-enable-gpu
-# (only to run: loaded for a build they can break it, containers_on_frontier).
+# (only to run, not to build: OLCF's break `apptainer build`, its container docs).
 # TORCHMPI_PLUGIN_LIB: lib dir of the site's aws-ofi-nccl 1.19.2 (RCCL 7.1.1).
 # MPICH_GPU_SUPPORT_ENABLED=0: the image's torch passes host tensors to MPI,
 # device tensors go through RCCL (docs/containers.md).

@@ -232,8 +232,9 @@ def apptainer_modules_sh(site: Site, p: Plan) -> str:
     what = [(f"{command.capitalize()} wrapper for '{site.name}' (the centre's binding"
              " modules): the host's"),
             "Cray MPICH, libfabric and GPU libraries replace the image's. In the job script,",
-            f"before srun: module load {mods}",
-            "(only to run: loaded for a build they can break it, containers_on_frontier).",
+            "before srun: " + (f"module use {p.modulepath}; " if p.modulepath else "")
+            + f"module load {mods}",
+            "(only to run, not to build: OLCF's break `apptainer build`, its container docs).",
             (f"TORCHMPI_PLUGIN_LIB: lib dir of the site's aws-ofi-nccl {p.nccl.get('plugin')}"
              f" (RCCL {p.nccl.get('rccl')})."),
             "MPICH_GPU_SUPPORT_ENABLED=0: the image's torch passes host tensors to MPI,",

@@ -72,6 +72,19 @@ _CONCRETIZER: dict[str, Any] = {
 }
 
 
+def rocm_libraries(site: Site) -> list[str]:
+    """Specs of the site file's ``externals`` that live in its ROCm (``gpu.rocm.prefix``):
+    ROCm's own libraries a site takes from its ROCm where builtin lacks the release
+    (RCCL, rocBLAS, ...).  The image takes the same from its ROCm, the ``complete``
+    image's ``rocm-libs``."""
+    if not site.rocm:
+        return []
+    entries = site.data.get("externals")
+    home = str(site.rocm["prefix"]).rstrip("/")
+    return [str(e["spec"]) for e in (entries if isinstance(entries, list) else [])
+            if str(e.get("prefix", "")).rstrip("/") == home]
+
+
 def spack_env(site: Site, p: Plan) -> dict[str, Any]:
     """The container environment as data (in-image paths only)."""
     gcc = OS_IMAGES[p.os]["gcc"]
@@ -108,6 +121,9 @@ def spack_env(site: Site, p: Plan) -> dict[str, Any]:
         for name in gpuvendor.table()["amd"]["rocm_components"]:
             packages[f"{name}:"] = {"buildable": False,
                                     "externals": [{"spec": f"{name}@{rocm}", "prefix": prefix}]}
+        for spec in rocm_libraries(site):  # from the `complete` image (base_images)
+            packages[f"{spec.split('@')[0]}:"] = {"buildable": False,
+                                                  "externals": [{"spec": spec, "prefix": prefix}]}
     if p.nccl.get("rccl"):
         packages["rccl"] = {"require": [f"@{p.nccl['rccl']}"]}
     if p.nccl.get("version"):
@@ -176,6 +192,8 @@ def base_images(site: Site, p: Plan) -> tuple[str, str]:
         images = GPU_IMAGES[str(site.gpu_vendor)]
         build = images["build"][p.os].format(version=release)
         final = images["final"][p.os].format(version=release)
+        if rocm_libraries(site):
+            build = final = images["complete"][p.os].format(version=release)
     else:
         build = final = OS_IMAGES[p.os]["cpu"]
     return box.get("base", build), box.get("final", final)

@@ -125,6 +125,8 @@ class Plan:
     #: The centre's modules that bind the host's stack (AMD sites: apptainer's
     #: ``container.modules``), loaded in the job before the ranks start.
     modules: list[str] = field(default_factory=list)
+    #: Where they are found (``module use``), when not on the default MODULEPATH.
+    modulepath: str = ""
     #: Set over the site's runtime variables in the container (AMD: what the image's
     #: torch can serve; see :func:`_amd`).
     override: dict[str, str] = field(default_factory=dict)
@@ -310,4 +312,5 @@ def _amd(site: Site) -> Plan:
     return Plan(runtime=box["runtime"], target=generic_target(site), os=box["os"],
                 mpi=f"{CRAY_STANDIN} ~cuda", nccl={"rccl": pair[0], "plugin": pair[1]},
                 lib_path=[PLUGIN_DIR], modules=[str(m) for m in box["modules"]],
+                modulepath=str(box.get("modulepath") or ""),
                 override=dict(AMD_OVERRIDE), launch="srun -n N ./run.sh python train.py")
