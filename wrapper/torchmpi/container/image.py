@@ -124,8 +124,9 @@ def spack_env(site: Site, p: Plan) -> dict[str, Any]:
         for spec in rocm_libraries(site):  # from the `complete` image (base_images)
             packages[f"{spec.split('@')[0]}:"] = {"buildable": False,
                                                   "externals": [{"spec": spec, "prefix": prefix}]}
-    if p.nccl.get("rccl"):
-        packages["rccl"] = {"require": [f"@{p.nccl['rccl']}"]}
+    if p.nccl.get("rccl"):  # beside the image's external where it has one (one key)
+        key = "rccl:" if "rccl:" in packages else "rccl"
+        packages[key] = {**packages.get(key, {}), "require": [f"@{p.nccl['rccl']}"]}
     if p.nccl.get("version"):
         packages["nccl"] = {"require": [f"@{p.nccl['version']}"]}
     if p.nccl.get("plugin"):
