@@ -29,6 +29,11 @@ class AwsOfiNccl(BuiltinAwsOfiNccl):
     # which builtin's AutotoolsBuilder.autoreconf then generates (autoreconf -ivf,
     # with the autoconf, automake and libtool builtin's package depends on).
     version("1.19.2", commit="17120adbfd9721f4d0861360b09f05a8d9c5fba4")
+    # The plugin LUMI builds for RCCL against its ROCm 7.0.3, the same way, from the
+    # v1.20.0 tag (Lumi-supercomputer/LUMI-EasyBuild-contrib@0baa99f
+    # easybuild/easyconfigs/a/aws-ofi-nccl/aws-ofi-nccl-1.20.0-rocm7.eb:28-46), the
+    # other ROCm pair builtin lacks.
+    version("1.20.0", commit="a2a6d08ea98296f99596b5c18b30b8a20d74f609")
 
     variant(
         "cxi",

@@ -111,11 +111,24 @@ VOUCHED_PAIRS = (
 #: ROCm/RCCL release, not an NCCL one, and ``torchmpi.pairs`` reads
 #: ``VOUCHED_PAIRS`` row by row (``Pair(*row)``) to pin ``nccl`` on NVIDIA
 #: sites; an RCCL row there would be offered as an NCCL pin, and a seventh
-#: "vendor" column would break that reader.  The OLCF pair needs
-#: aws-ofi-nccl 1.19.2, which builtin v2026.06.0 lacks (newest: 1.19.0): a
-#: site reaches it only with an external plugin (Frontier's rccl-net-plugin
-#: module) until builtin has the release.  docs/design.md shows this table.
+#: "vendor" column would break that reader.  OLCF's pair needs aws-ofi-nccl
+#: 1.19.2 and LUMI's 1.20.0, which builtin v2026.06.0 lacks (newest: 1.19.0):
+#: torchmpi's aws-ofi-nccl override adds both from their tags' commits.  LUMI
+#: names no libfabric release (its recipe asks pkg-config for the system's):
+#: "-", as for the release notes' pairs.  docs/design.md shows this table.
 VOUCHED_RCCL_PAIRS = (
+    (
+        "7.0.3",
+        "1.20.0",
+        "-",
+        "slingshot",
+        "LUMI",
+        (
+            "LUMI's build for its ROCm 7.0.3 (the system libfabric, release not named), "
+            "Lumi-supercomputer/LUMI-EasyBuild-contrib@0baa99f "
+            "easybuild/easyconfigs/a/aws-ofi-nccl/aws-ofi-nccl-1.20.0-rocm7.eb:28-46"
+        ),
+    ),
     (
         "7.1.1",
         "1.19.2",
