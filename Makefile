@@ -33,8 +33,8 @@ XDIST   := -n $(WORKERS) --dist loadgroup
 test: setup  ## everything; what .ci/run calls
 	$(ENV) $(PY) -m pytest tests $(XDIST) --durations=25 $(PYTEST_ARGS)
 
-check: setup  ## the fast tests: no Spack, no solve (minutes; for iteration)
-	$(ENV) $(PY) -m pytest tests $(XDIST) -m "not spack and not concretize" $(PYTEST_ARGS)
+check: setup  ## the fast tests: no Spack, no solve, no compile or pip (minutes; for iteration)
+	$(ENV) $(PY) -m pytest tests $(XDIST) -m "not spack and not concretize and not build" $(PYTEST_ARGS)
 
 mutate: setup  ## plant one-line bugs, run each module's tests, list survivors (docs/testing.md)
 # MUTATE_ARGS="--generated 10 --budget 3600 --head": cosmic-ray's mutants instead, 10 per

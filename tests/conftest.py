@@ -47,6 +47,20 @@ def spack(tmp_path_factory: pytest.TempPathFactory) -> Spack:
     return Spack(root, builtin, config, user_cache)
 
 
+#: Test modules whose every test compiles C++ or builds a venv with a real pip
+#: (tens of CPU-seconds each, about a third of what ``make check`` spent): marked
+#: ``build``, which ``make check`` deselects and ``make test`` runs.  The why, per module.
+BUILD_MODULES = {
+    "test_process_group_mpi_build.py": "compiles ProcessGroupMPI.cpp three times, runs mpirun",
+    "test_venv.py": "real venvs (ensurepip) and a real pip installing wheels and sdists",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "build: compiles code or runs a real pip (make test, not make check)")
+
+
 #: Fixture scopes whose value one xdist worker computes and only its own tests see.
 _SHARED_SCOPES = ("session", "package", "module")
 
@@ -91,7 +105,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     * A test that takes the ``spack`` fixture (directly or through another
       fixture) is marked ``spack`` whether or not its file says so: ``make
-      check`` deselects ``-m "not spack and not concretize"``.
+      check`` deselects ``-m "not spack and not concretize and not build"``.
+    * A test of a :data:`BUILD_MODULES` module is marked ``build``: ``make
+      check`` leaves compilations and real pip runs to ``make test``.
     * Under ``pytest -n N --dist loadgroup`` (``make test``) a session fixture
       is computed once *per worker*; a test using a session or module fixture
       of a test module gets an ``xdist_group`` named after it, so the solve is
@@ -101,6 +117,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "spack" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("spack"):
             item.add_marker(pytest.mark.spack)
+        if item.path.name in BUILD_MODULES and not item.get_closest_marker("build"):
+            item.add_marker(pytest.mark.build)
         shared = _shared_fixtures(item)
         if shared and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(groups[min(shared)]))
