@@ -88,6 +88,8 @@ EQUIVALENT: dict[str, str] = {
     "checks/torch_versions.py: if vt[:2] < torches._CUDA_AWARE_FROM or gap[0] <= vt <= gap[1]: "
     "-> if vt[: 3] < torches._CUDA_AWARE_FROM or gap[0] <= vt <= gap[1]:":
         "against the pair (2, 6), (a, b, c) < (2, 6) exactly when (a, b) < (2, 6)",
+    "detect.py: timeout=600) -> timeout= 599)":
+        "a limit for a detection that takes ~15 s; only a ten-minute hang tells them apart",
     "doctor/origin.py: except (ImportError, ValueError): -> "
     "except (CosmicRayTestingException, ValueError):":
         "find_spec of a top-level name imports no parent, so raises no ImportError",

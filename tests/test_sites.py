@@ -437,6 +437,114 @@ def test_detect_command(capsys) -> None:
     assert '"target"' in capsys.readouterr().out
 
 
+def test_detect_skips_nvidia_smi_lines_that_name_no_gpu(monkeypatch, tmp_path) -> None:
+    """A line of the query's output that is no ``name, compute_cap`` row (a driver
+    warning, say) is skipped, and the GPU after it still counts."""
+    bindir = tmp_path / "bin"
+    _fake_tool(bindir, "nvidia-smi", 'echo "WARNING: infoROM is corrupted at gpu 0000:41:00.0"\n'
+                                     'echo "NVIDIA H100 80GB HBM3, 9.0"\n')
+    monkeypatch.setenv("PATH", str(bindir))
+    assert detect.gpus() == [{"name": "NVIDIA H100 80GB HBM3", "cuda_arch": "90"}]
+
+
+def _stand_in_spack(root: Path, script: str) -> None:
+    """A ``spack`` on TORCHMPI_SPACK_ROOT that runs ``script`` (shell builtins only:
+    the test's PATH may hold nothing else) and records its arguments in ``argv``."""
+    root.mkdir(parents=True, exist_ok=True)
+    _fake_tool(root / "bin", "spack", f'printf "%s\\n" "$@" > "{root}/argv"\n' + script)
+
+
+#: What `spack external find --scope user` writes to the user scope's packages.yaml
+#: (Spack's docs, "Automatically Find External Packages"): one entry per package with
+#: its spec and prefix; Spack 1.x writes a compiler's languages into the spec.
+FOUND = ("packages:\n"
+         "  binutils:\n    externals:\n    - spec: binutils@2.42\n      prefix: /usr\n"
+         "  cmake:\n    externals:\n    - spec: cmake@3.28.3\n      prefix: /usr\n"
+         "  gcc:\n    externals:\n    - spec: gcc@13.2.0 languages:='c,c++'\n"
+         "      prefix: /usr\n")
+
+
+@pytest.fixture
+def found_externals(monkeypatch, tmp_path) -> Path:
+    """A stand-in Spack whose external find reports :data:`FOUND` (binutils too, as if
+    ``--exclude`` had not held); ``detect.build_tools``' cache is cleared around it."""
+    root = tmp_path / "spack"
+    _stand_in_spack(root, f"printf '%s' \"{FOUND}\" > \"$SPACK_USER_CONFIG_PATH/packages.yaml\"\n")
+    monkeypatch.setenv("TORCHMPI_SPACK_ROOT", str(root))
+    detect.build_tools.cache_clear()
+    yield root
+    detect.build_tools.cache_clear()
+
+
+def test_build_tools_drop_the_excluded_and_keep_the_rest(found_externals) -> None:
+    assert detect.build_tools() == (
+        {"spec": "cmake@3.28.3", "prefix": "/usr"},
+        {"spec": "gcc@13.2.0 languages:='c,c++'", "prefix": "/usr"})
+    argv = (found_externals / "argv").read_text().split()
+    assert argv == ["external", "find", "--scope", "user",
+                    "--exclude=python", "--exclude=binutils"]
+
+
+@pytest.mark.parametrize("stream", ["stderr", "stdout"])
+def test_a_failed_external_find_quotes_the_last_2000_characters(
+        monkeypatch, tmp_path, stream) -> None:
+    """The end of Spack's output says why; the start of a long traceback does not."""
+    root = tmp_path / "spack"
+    tail = "".join(f"{i:04d}" for i in range(625))  # 2500 characters, none repeated
+    redirect = " >&2" if stream == "stderr" else ""
+    _stand_in_spack(root, f"printf '%s' '{tail}'{redirect}\nexit 1\n")
+    monkeypatch.setenv("TORCHMPI_SPACK_ROOT", str(root))
+    detect.build_tools.cache_clear()
+    try:
+        with pytest.raises(UserError) as info:
+            detect.build_tools()
+    finally:
+        detect.build_tools.cache_clear()
+    assert str(info.value) == "externals: auto: `spack external find` failed:\n" + tail[-2000:]
+
+
+def _host_with_everything(monkeypatch, tmp_path) -> Path:
+    """A PATH of stand-in tools: a GPU, nvcc, Open MPI's mpirun and gcc/g++/gfortran."""
+    bindir = tmp_path / "host" / "bin"
+    bindir.parent.mkdir()
+    _fake_tool(bindir, "nvidia-smi", 'echo "NVIDIA A100-SXM4-40GB, 8.0"\n')
+    _fake_tool(bindir, "nvcc", 'echo "Cuda compilation tools, release 12.4, V12.4.131"\n')
+    _fake_tool(bindir, "mpirun", 'echo "mpirun (Open MPI) 4.1.6"\n')
+    for exe in ("gcc", "g++", "gfortran"):
+        _fake_tool(bindir, exe, 'echo "13.2.0"\n')
+    monkeypatch.setenv("PATH", str(bindir))
+    monkeypatch.setenv("CRAYPE_VERSION", "2.7.30")
+    return bindir
+
+
+def test_detect_command_prints_each_fact(monkeypatch, tmp_path, capsys,
+                                         found_externals) -> None:
+    bindir = _host_with_everything(monkeypatch, tmp_path)
+    assert main(["detect", "--externals"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[1:] == [
+        "GPUs               NVIDIA A100-SXM4-40GB (sm_80)",
+        "cuda_arch          80",
+        f"CUDA toolkit       12.4.131 at {bindir.parent}",
+        "Cray PE            2.7.30",
+        f"MPI on PATH        {bindir}/mpirun: mpirun (Open MPI) 4.1.6",
+        f"compiler           gcc@13.2.0 at {bindir.parent}",
+        "externals          2 found by `spack external find` (excluded: python, binutils)",
+        "                   cmake@3.28.3 at /usr",
+        "                   gcc@13.2.0 at /usr",
+    ]
+    assert rows[0].startswith("target (archspec)  ")
+
+
+def test_detect_json_is_indented_and_sorted(monkeypatch, tmp_path, capsys) -> None:
+    _host_with_everything(monkeypatch, tmp_path)
+    assert main(["detect", "--json"]) == 0
+    out = capsys.readouterr().out
+    facts = json.loads(out)
+    assert out == json.dumps(facts, indent=2, sort_keys=True) + "\n"
+    assert out.startswith('{\n  "cray_pe": "2.7.30",\n')
+
+
 def test_nccl_pin_renders_as_requirements(tmp_path: Path) -> None:
     files = renderer.render(sitemod.load("derecho"), tmp_path)
     pkgs = yaml.safe_load(files["packages.yaml"])["packages"]
