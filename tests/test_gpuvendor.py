@@ -58,7 +58,21 @@ def test_the_shipped_amd_site_answers_as_amd() -> None:
     assert runtime.environment(site.data)["MPICH_GPU_SUPPORT_ENABLED"] == "1"
 
 
-@pytest.mark.parametrize("name", [n for n in sitemod.available() if n != AMD_SITE])
+def test_lumi_answers_as_amd_with_its_rocm_as_externals() -> None:
+    """LUMI-G: ROCm 7.0.3, which builtin has no release of, so its RCCL and the other
+    libraries torch links are the site's externals at the ROCm prefix, built for gfx90a."""
+    site = sitemod.load("lumi")
+    assert site.gpu_vendor == "amd" and site.amdgpu_targets == ["gfx90a"]
+    assert site.rocm["version"] == "7.0.3" and site.rocm["prefix"] == "/opt/rocm-7.0.3"
+    assert gpuvendor.rccl_pair("7.0.3") == ("7.0.3", "1.20.0", "LUMI")
+    rocm = {e["spec"].split("@")[0]: e for e in site.data["externals"]}
+    assert "rccl" in rocm and "rocblas" in rocm and "miopen-hip" in rocm
+    for name, ext in rocm.items():
+        assert ext["spec"].startswith(f"{name}@7.0.3"), ext
+        assert ext["prefix"] == "/opt/rocm-7.0.3" and ext["buildable"] is False, ext
+
+
+@pytest.mark.parametrize("name", [n for n in sitemod.available() if n not in (AMD_SITE, "lumi")])
 def test_nvidia_is_the_default_vendor(name: str) -> None:
     try:
         site = sitemod.load(name)
@@ -161,6 +175,7 @@ def test_rocm_without_a_vouched_rccl_pair(tmp_path: Path) -> None:
     assert "no source vouches for RCCL 7.2.0 with the aws-ofi-nccl plugin on Slingshot" in line
     assert "7.1.1 (aws-ofi-nccl 1.19.2, OLCF)" in line
     assert "6.4.0 (aws-ofi-nccl 1.19.0, HPE)" in line
+    assert "7.0.3 (aws-ofi-nccl 1.20.0, LUMI)" in line
 
 
 def test_nvidia_keys_in_an_amd_gpu_section(tmp_path: Path) -> None:

@@ -38,9 +38,10 @@ LMOD_INIT = Path(os.environ.get("TORCHMPI_LMOD_INIT", "/usr/share/lmod/lmod/init
 #: module of each writer: NCAR's Cray MPICH (Derecho), NCSA's Spack-built Open MPI
 #: (Delta), JSC's EasyBuild CUDA-aware Open MPI under its own module name (JUPITER:
 #: ``OpenMPI/5.0.5``, aarch64, a tree fake-installed for a target this host is not).
-#: ``TORCHMPI_EXTRA_MODULE_SITES="frontier"`` adds more: OLCF Frontier (AMD, ROCm
-#: modules, node-count values) passes every check here, and is left out of the
-#: suite for its 30-minute budget (a deploy is about two CPU-minutes; docs/testing.md).
+#: ``TORCHMPI_EXTRA_MODULE_SITES="frontier lumi"`` adds more: OLCF Frontier (AMD, ROCm
+#: modules, node-count values) and LUMI-G (AMD, its whole ROCm as externals) pass
+#: every check here, and are left out of the suite for its 30-minute budget (a
+#: deploy is about two CPU-minutes; docs/testing.md).
 SITES = ("local", "derecho", "delta", "jupiter",
          *os.environ.get("TORCHMPI_EXTRA_MODULE_SITES", "").split())
 #: Sites whose MPI is the centre's own module (``mpi.modules``), read from the files
@@ -190,7 +191,17 @@ def _centre_tree(root: Path, site: sitemod.Site) -> Path | None:
             path.write_text(f'whatis("stand-in for the centre\'s {name}/{ver}")\n'
                             f'setenv("{var}", "{value}")\n')
         (root / name / "default").symlink_to(f"{version}.lua")
-    for module, body in _centre_gpu_modules(site).items():
+    stubs = _centre_gpu_modules(site)
+    # The other externals' centre modules, empty as the accelerator target module is:
+    # LUMI's libfabric is its default `libfabric` module (no prefix stated), which
+    # py-torch-mpi's module loads (Lumi-supercomputer/LUMI-SoftwareStack@5c375a6
+    # scripts/lumitools/make_CPE.py:133 links Cray's libfabric modules).
+    others = [site.data.get("libfabric") or {}]
+    if isinstance(site.data.get("externals"), list):
+        others += site.data["externals"]
+    for ext in others:
+        stubs.update((m, "") for m in ext.get("modules") or [] if m not in stubs)
+    for module, body in stubs.items():
         path = root / f"{module}.lua"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f'whatis("stand-in for the centre\'s {module}")\n{body}')

@@ -728,8 +728,8 @@ def describe(spec, pkg_cls):
     }
 
 builtin = spack.concretize.concretize_one("builtin.aws-ofi-nccl")
-# At builtin's default release: the override adds a newer one (1.19.2, OLCF's
-# ROCm pair, from a commit), which an unpinned solve of the override takes.
+# At builtin's default release: the override adds newer ones (1.19.2 and 1.20.0,
+# OLCF's and LUMI's ROCm pairs, from commits), which an unpinned solve would take.
 ours = spack.concretize.concretize_one(f"aws-ofi-nccl@={builtin.version}")
 cxi = spack.concretize.concretize_one("aws-ofi-nccl +cxi")
 builtin_cls = spack.repo.PATH.get_repo("builtin").get_pkg_class("aws-ofi-nccl")
@@ -1029,6 +1029,19 @@ def test_nccl_net_is_a_name_that_plugin_release_answers_to(plugin_nccl_net) -> N
     assert plugin_nccl_net["1.13.0"] == "OFI"
 
 
+def test_every_vouched_rccl_plugin_is_a_release_the_override_declares(plugin_nccl_net) -> None:
+    """Each plugin of VOUCHED_RCCL_PAIRS is a release Spack can fetch: builtin's, or one
+    the override adds from its release tag's commit (OLCF's 1.19.2, LUMI's 1.20.0:
+    aws/aws-ofi-nccl tags v1.19.2 and v1.20.0), with no checksum to cite."""
+    declared = set(plugin_nccl_net)
+    for rocm, plugin, *_ in vouched_rccl_pairs():
+        assert plugin in declared, (rocm, plugin, sorted(declared))
+    text = (ROOT / "spack_repo/torchmpi/packages/aws_ofi_nccl/package.py").read_text()
+    added = dict(re.findall(r'version\("([\d.]+)", commit="([0-9a-f]{40})"\)', text))
+    assert added == {"1.19.2": "17120adbfd9721f4d0861360b09f05a8d9c5fba4",
+                     "1.20.0": "a2a6d08ea98296f99596b5c18b30b8a20d74f609"}
+
+
 # --- nccl-ss11: only NCCL/plugin pairs a source vouches for ---------------------
 
 
@@ -1186,10 +1199,10 @@ def test_rocm_refusals_name_the_fix(rocm_facts: dict) -> None:
 
 def test_vouched_rccl_pairs_are_labelled_and_cited() -> None:
     """Each row: the ROCm/RCCL release, a plugin release, the libfabric, where
-    it ran, who ran it and a source at a commit; HPE's and OLCF's builds present."""
+    it ran, who ran it and a source at a commit; HPE's, OLCF's and LUMI's builds present."""
     pairs = vouched_rccl_pairs()
     assert {(r, p, who) for r, p, _, _, who, _ in pairs} >= {
-        ("6.4.0", "1.19.0", "HPE"), ("7.1.1", "1.19.2", "OLCF")}
+        ("6.4.0", "1.19.0", "HPE"), ("7.1.1", "1.19.2", "OLCF"), ("7.0.3", "1.20.0", "LUMI")}
     for row in pairs:
         assert len(row) == 6 and row[3] == "slingshot" and "@" in row[5], row
 

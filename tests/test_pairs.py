@@ -171,6 +171,15 @@ def test_perlmutters_rendered_pin_names_the_pairs_libfabric() -> None:
     assert "(run on Slingshot by HPE with libfabric 1.22.0)" in notes[0], notes[0]
 
 
+def test_an_amd_site_gets_no_nccl_pair_note() -> None:
+    """The libfabric note is about the NVIDIA NCCL pair a site would be pinned to; an
+    AMD site has no nccl (its RCCL is its ROCm's), so LUMI-G's libfabric 1.x stand-in
+    must not be told about CSCS's NCCL pair."""
+    data = sitemod.load("lumi").data
+    assert data["libfabric"]["spec"].startswith("libfabric@1.")
+    assert network.notes(data) == []
+
+
 def _package_file(tmp_path: Path, monkeypatch, text: str) -> None:
     """A checkout at ``tmp_path`` whose nccl-ss11 package file is ``text``."""
     pkg = tmp_path / "spack_repo" / "torchmpi" / "packages" / "nccl_ss11"

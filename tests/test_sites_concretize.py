@@ -108,6 +108,13 @@ def _amd_checks(lock: Lock, site: sitemod.Site, torch) -> None:
     assert not lock.named("cuda") and not lock.named("nccl")
     (rccl,) = lock.named("rccl")
     assert rccl.version == rocm and rccl.variants.get("amdgpu_target") == site.amdgpu_targets
+    # RCCL is built against the ROCm externals, unless the site declares its own
+    # (LUMI-G: builtin has no release of its ROCm 7.0.3, so the system ROCm's
+    # libraries are externals, as LUMI's own Spack declares them).
+    declared = {e["spec"].split("@")[0] for e in d.get("externals") or []}
+    assert rccl.external == ("rccl" in declared)
+    if rccl.external:
+        assert rccl.external_path == site.rocm["prefix"]
     (mpi,) = lock.mpi()
     assert mpi.external and mpi.variants.get("rocm") is True
     for name in gpuvendor.table()["amd"]["rocm_components"]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from torchmpi import pairs
+from torchmpi import gpuvendor, pairs
 from torchmpi.autokeys import LOCAL
 from torchmpi.checks.common import Problem
 
@@ -65,10 +65,12 @@ def notes(data: dict[str, Any]) -> list[str]:
     CSCS ran with 2.4.0): nothing vouches for that combination, and a pair run
     with the site's major is named where there is one.  A note, not an error:
     the pair may well work (the plugin's libfabric ABI is stable), but no
-    source says so.
+    source says so.  Not on an AMD site: it has no NCCL pair (its RCCL is its ROCm's).
     """
     lib = data.get("libfabric")
     if data.get("fabric") != "slingshot" or not isinstance(lib, dict):
+        return []
+    if gpuvendor.of(data) == "amd":
         return []
     found = re.match(r"libfabric@(\d+)(\S*)", str(lib.get("spec", "")))
     chosen = pairs.choose(dict(data.get("nccl") or {}))
