@@ -57,13 +57,16 @@ def test_the_image_is_rocms_of_the_sites_release(name: str) -> None:
     froms = [a.split(" AS ")[0] for w, a in container.parse_containerfile(files["Containerfile"])
              if w == "FROM" and not a.startswith("bootstrap")]
     os_ = site.data["container"]["os"].replace("ubuntu", "ubuntu-")
-    assert froms == [f"docker.io/rocm/dev-{os_}:{rocm}"] * 2
+    libraries = container.image.rocm_libraries(site)  # LUMI's: the -complete image
+    tag = f"{rocm}-complete" if libraries else rocm
+    assert froms == [f"docker.io/rocm/dev-{os_}:{tag}"] * 2
     assert "libcudart" not in files["Containerfile"]
     env = yaml.safe_load(files["spack.yaml"])["spack"]
     externals = {k.rstrip(":"): v["externals"] for k, v in env["packages"].items()
                  if isinstance(v, dict) and "externals" in v}
     components = gpuvendor.table()["amd"]["rocm_components"]
-    assert sorted(externals) == sorted(["gcc", *components])
+    assert sorted(externals) == sorted(["gcc", *components,
+                                        *(spec.split("@")[0] for spec in libraries)])
     for name_ in components:
         assert externals[name_] == [{"spec": f"{name_}@{rocm}", "prefix": f"/opt/rocm-{rocm}"}]
     assert "cuda:" not in env["packages"]
