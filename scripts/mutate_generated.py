@@ -90,6 +90,9 @@ EQUIVALENT: dict[str, str] = {
         "against the pair (2, 6), (a, b, c) < (2, 6) exactly when (a, b) < (2, 6)",
     "detect.py: timeout=600) -> timeout= 599)":
         "a limit for a detection that takes ~15 s; only a ten-minute hang tells them apart",
+    'commands/sites.py: line = f"UNAVAILABLE here: {str(err).splitlines()[-1].strip()}" -> '
+    'line = f"UNAVAILABLE here: {str(err).splitlines()[not 1].strip()}"':
+        "every HostLacks message is one line, so its first line is its last",
     "doctor/origin.py: except (ImportError, ValueError): -> "
     "except (CosmicRayTestingException, ValueError):":
         "find_spec of a top-level name imports no parent, so raises no ImportError",

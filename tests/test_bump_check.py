@@ -103,8 +103,8 @@ def test_compiler_reporting_another_version(bumped: Path, tmp_path: Path, capsys
     assert spec["offered"] == ["gcc@12.2.1"]
 
 
-def test_nothing_missing_exits_zero(tmp_path: Path, capsys) -> None:
-    """A site file whose every path is there (a stand-in of generic-ib)."""
+def _everything_there(tmp_path: Path) -> tuple[Path, Path]:
+    """A stand-in of generic-ib whose every path is under the returned root."""
     site = edited_site(tmp_path, "generic-ib")
     root = tmp_path / "root"
     for key, entry in bump._entries(site.data):
@@ -112,10 +112,23 @@ def test_nothing_missing_exits_zero(tmp_path: Path, capsys) -> None:
             (root / entry["prefix"].lstrip("/")).mkdir(parents=True, exist_ok=True)
         for exe in (entry.get("languages") or {}).values():
             _tool(root / exe.lstrip("/"), entry["spec"].partition("@")[2])
-    rc = main(["bump-check", str(site.path), "--root", str(root), "--no-modules"])
+    return site.path, root
+
+
+def test_nothing_missing_exits_zero(tmp_path: Path, capsys) -> None:
+    """A site file whose every path is there (a stand-in of generic-ib)."""
+    path, root = _everything_there(tmp_path)
+    rc = main(["bump-check", str(path), "--root", str(root), "--no-modules"])
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "generic-ib: all " in out and "modules not checked: --no-modules" in out
+
+
+def test_nothing_missing_exits_zero_with_json_too(tmp_path: Path, capsys) -> None:
+    path, root = _everything_there(tmp_path)
+    rc = main(["bump-check", str(path), "--root", str(root), "--no-modules", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert (rc, report["findings"], report["modules_checked"]) == (0, [], False), report
 
 
 def test_text_report(bumped: Path, capsys) -> None:

@@ -285,6 +285,21 @@ def test_wheel_ships_schema_and_fabric_data(tmp_path: Path) -> None:
     assert proc.stdout.split("\n")[:4] == ["AWS Libfabric", "True", "True", "libmpi_gtl_hsa"]
 
 
+def test_render_tells_the_notes_on_stderr(tmp_path: Path, capsys) -> None:
+    """Perlmutter has both kinds: an unverified torch fixture and a libfabric major
+    its NCCL pair was not run with; each is one line on stderr, the files still written."""
+    from torchmpi import torches
+    from torchmpi.checks import network
+
+    data = sitemod.load("perlmutter").data
+    notes = [*torches.notes(data), *network.notes(data)]
+    assert len(notes) == 2
+    assert main(["render", "perlmutter", "-o", str(tmp_path / "env")]) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"torchmpi render: note: {n}" for n in notes]
+    assert (tmp_path / "env" / "spack.yaml").is_file()
+
+
 def test_check_on_a_never_rendered_environment_says_so(tmp_path: Path, capsys) -> None:
     assert main(["render", "--check", "derecho", "-o", str(tmp_path / "nope")]) == 1
     captured = capsys.readouterr()
