@@ -120,11 +120,14 @@ def test_no_centre_module_is_shadowed(name: str, tmp_path: Path) -> None:
     """Every external the site file gives a centre module (``modules:``) is
     excluded from the tree by its ``name@version``; py-torch-mpi loads the
     centre modules of its run-time pieces (MPI, libfabric, CUDA, cuDNN), never a
-    compiler's.  An external without a centre module keeps its tree module."""
+    compiler's.  An external without a centre module keeps its tree module.  The
+    site's ROCm modules are loaded too, also where another external names them
+    (LUMI-G's ROCm libraries, in ``externals`` under ``rocm/7.0.3``)."""
     site = sitemod.load(name)
     lmod = yaml.safe_load(_rendered(site, tmp_path)["modules.yaml"])["modules"]["default"]["lmod"]
     excluded = lmod.get("exclude", [])
     loads = lmod.get("py-torch-mpi", {}).get("load", [])
+    rocm = set(((site.gpu or {}).get("rocm") or {}).get("modules") or [])
     for key, ext in _declared(site):
         head = ext["spec"].split()[0]
         if not ext.get("modules"):
@@ -132,7 +135,8 @@ def test_no_centre_module_is_shadowed(name: str, tmp_path: Path) -> None:
             continue
         assert head in excluded, (key, head, excluded)
         runtime_piece = key in ("mpi", "libfabric", "gpu.cuda", "gpu.cudnn")
-        assert all((m in loads) == runtime_piece for m in ext["modules"]), (key, loads)
+        assert all((m in loads) == (runtime_piece or m in rocm) for m in ext["modules"]), (
+            key, loads)
     assert len(loads) == len(set(loads)), loads
     if name == "derecho":
         assert loads == ["cray-mpich/8.1.27", "cuda/12.2.1", "cudnn/8.8.1.3-12"]
