@@ -1,7 +1,7 @@
 # Rendered by torchmpi 0.1.0 from sites/lumi.yaml; do not edit by hand:
 # change the site file and run `torchmpi render lumi` (docs/sites.md).
 # spack v1.1.0, builtin spack-packages v2026.06.0
-# site-sha256: 47f84f8b59c692b1e8c89835b486aedd8b44aadaeec26d764ef785307b5b746a
+# site-sha256: 416ed464ba5d240d513efc48bc60a76cb81d575cd60742dff8af21af4a4d2688
 # body-sha256: d42eae754c4a4dab79f6ada27f9ab578861b87ff7913b7b39783c6cf364813a2
 # Runtime variables for jobs on 'lumi' (launcher: slurm, fabric: slingshot).
 # Source this file in the job script; it changes nothing at build time.
