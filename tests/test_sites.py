@@ -122,6 +122,25 @@ def test_every_error_names_its_own_verb(no_gfortran, tmp_path, capsys, argv) -> 
     assert err.count("torchmpi ") == 1 and "gfortran" in err, err
 
 
+def test_sites_json_marks_an_invalid_file_neither_valid_nor_loadable(
+        tmp_path, monkeypatch, capsys, derecho_text) -> None:
+    """A checkout (TORCHMPI_ROOT) whose sites/ holds derecho and a copy without its
+    launcher: the copy is invalid, so not loadable either, and the exit status is 1."""
+    for item in paths.root().iterdir():  # the checkout but its sites/
+        if item.name != "sites":
+            (tmp_path / item.name).symlink_to(item)
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    (sites / "derecho.yaml").write_text(derecho_text)
+    (sites / "broken.yaml").write_text(derecho_text.replace("\nlauncher: pbs\n", "\n"))
+    monkeypatch.setenv("TORCHMPI_ROOT", str(tmp_path))
+    assert main(["sites", "--json"]) == 1
+    entries = {e["name"]: e for e in json.loads(capsys.readouterr().out)}
+    assert (entries["broken"]["valid"], entries["broken"]["loadable"]) == (False, False)
+    assert "launcher" in entries["broken"]["error"]
+    assert (entries["derecho"]["valid"], entries["derecho"]["loadable"]) == (True, True)
+
+
 def test_sites_lists_each_site(capsys) -> None:
     assert main(["sites"]) == 0
     out = capsys.readouterr().out
