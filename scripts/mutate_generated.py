@@ -96,6 +96,8 @@ EQUIVALENT: dict[str, str] = {
     "data/reframe/torchmpi_checks.py: self.num_gpus_per_node = gpus[0].num_devices -> "
     "self.num_gpus_per_node = gpus[ -1].num_devices":
         "the settings reframe.py writes give a partition one gpu device entry",
+    "output.py: @dataclass(frozen=True) -> @dataclass(frozen=False)":
+        "no caller assigns to a Body or hashes one",
     "doctor/origin.py: except (ImportError, ValueError): -> "
     "except (CosmicRayTestingException, ValueError):":
         "find_spec of a top-level name imports no parent, so raises no ImportError",

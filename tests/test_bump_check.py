@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from support.sites import edited_site
 from torchmpi import bump
+from torchmpi import site as sitemod
 from torchmpi.cli import main
 
 MODULES = ("gcc/12.2.0", "gcc/13.2.0", "ncarenv/24.12", "cray-mpich/8.1.29",
@@ -129,6 +130,20 @@ def test_nothing_missing_exits_zero_with_json_too(tmp_path: Path, capsys) -> Non
     rc = main(["bump-check", str(path), "--root", str(root), "--no-modules", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert (rc, report["findings"], report["modules_checked"]) == (0, [], False), report
+
+
+def test_modules_not_checked_are_not_counted(bumped: Path, capsys) -> None:
+    """Derecho names 5 modules; with --no-modules the total counts paths and compiler
+    executables only (what was looked at), in JSON and in the text line."""
+    counts = bump.named_count(sitemod.load("derecho").data)
+    assert counts["module"] > 0
+    rc, report = _run(capsys, "derecho", "--root", str(bumped), "--no-modules",
+                      "--no-versions")
+    assert rc == 1 and report["named"] == counts["path"] + counts["compiler"]
+    main(["bump-check", "derecho", "--root", str(bumped), "--no-modules", "--no-versions"])
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith(f"of {counts['path'] + counts['compiler']} paths, compilers and"
+                          " modules the site file names are missing or changed here"), first
 
 
 def test_text_report(bumped: Path, capsys) -> None:

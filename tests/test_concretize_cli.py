@@ -52,6 +52,17 @@ def test_failure_shows_spacks_reason(fake_spack: Path, capsys, monkeypatch) -> N
     assert "cannot satisfy a requirement for package 'cray-mpich'" in err
 
 
+def test_failure_reason_is_forty_lines_from_the_first_error_or_the_last_forty() -> None:
+    """Spack's reason starts at its first error line; with none, its last 40 lines
+    (the end of a crash) are the reason, not its first 40 (its progress)."""
+    from torchmpi.commands.concretize import _failure_reason
+
+    progress = [f"==> step {i}" for i in range(60)]
+    assert _failure_reason(progress) == "\n".join(progress[20:])
+    failed = [*progress[:5], "==> Error: no solution", *progress[5:]]
+    assert _failure_reason(failed) == "\n".join(failed[5:45])
+
+
 def test_json_summary(fake_spack: Path, capsys) -> None:
     assert main(["concretize", "derecho", "-o", str(fake_spack / "env"), "-q", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

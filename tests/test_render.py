@@ -300,6 +300,19 @@ def test_render_tells_the_notes_on_stderr(tmp_path: Path, capsys) -> None:
     assert (tmp_path / "env" / "spack.yaml").is_file()
 
 
+def test_check_on_a_drifted_environment_exits_1(tmp_path: Path, capsys) -> None:
+    """Exit 1 means "differs" (2 is bad input): a CI job tells them apart."""
+    out = tmp_path / "env"
+    assert main(["render", "derecho", "-o", str(out)]) == 0
+    with (out / "runtime.sh").open("a") as f:
+        f.write("# edited\n")
+    capsys.readouterr()
+    assert main(["render", "--check", "derecho", "-o", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert "+# edited" in captured.out or "-# edited" in captured.out
+    assert f"{out} differs from a fresh render of derecho" in captured.err
+
+
 def test_check_on_a_never_rendered_environment_says_so(tmp_path: Path, capsys) -> None:
     assert main(["render", "--check", "derecho", "-o", str(tmp_path / "nope")]) == 1
     captured = capsys.readouterr()
