@@ -98,6 +98,9 @@ EQUIVALENT: dict[str, str] = {
         "the settings reframe.py writes give a partition one gpu device entry",
     "output.py: @dataclass(frozen=True) -> @dataclass(frozen=False)":
         "no caller assigns to a Body or hashes one",
+    # @functools.cache removed, as runtime.launcher_flags' above
+    "torches.py:  -> def unverified() -> tuple[str, ...]:":
+        "the same tuple, read again from the package file",
     "doctor/origin.py: except (ImportError, ValueError): -> "
     "except (CosmicRayTestingException, ValueError):":
         "find_spec of a top-level name imports no parent, so raises no ImportError",

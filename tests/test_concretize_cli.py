@@ -69,6 +69,16 @@ def test_json_summary(fake_spack: Path, capsys) -> None:
     assert data["mpi"] == "cray-mpich@8.1.27 (external)" and data["targets"] == ["zen3"]
 
 
+def test_json_seconds_are_to_a_tenth(fake_spack: Path, capsys) -> None:
+    """As the text summary shows them ("time 1.2 s"); a finer figure is noise.  Three
+    solves: a hundredths figure ends in 0 one time in ten, all three one in a thousand."""
+    for _ in range(3):
+        assert main(["concretize", "derecho", "-o", str(fake_spack / "env"), "-q", "--json",
+                     "-f"]) == 0
+        seconds = json.loads(capsys.readouterr().out)["seconds"]
+        assert seconds == round(seconds, 1), seconds
+
+
 def test_offsite_lock_is_labelled_a_preview(fake_spack: Path, capsys) -> None:
     """Derecho solved here: the summary says it is a preview and lists what differs."""
     lock = json.loads(json.dumps(LOCK))

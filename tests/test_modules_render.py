@@ -265,3 +265,16 @@ def test_alps_module_says_the_uenv_must_be_started_first(tmp_path: Path) -> None
 @pytest.mark.parametrize("name", [n for n in COMMITTED if n != "alps-gh200"])
 def test_modules_of_sites_without_a_uenv_do_not_mention_one(tmp_path: Path, name: str) -> None:
     assert "uenv" not in _rendered(sitemod.load(name), tmp_path)["modules.yaml"]
+
+
+def test_several_torches_name_every_package_built_on_torch_by_its_torch_too() -> None:
+    """Two torch releases in one environment: py-torchvision exists once per release,
+    so its module name carries the torch version (and, on Tcl, the MPI as every name does)."""
+    from torchmpi import modules
+
+    tcl = modules.projections("tcl", several_torches=True)
+    assert tcl["^py-torch"] == "{name}/{version}-torch{^py-torch.version}-{^mpi.name}"
+    lmod = modules.projections("lmod", several_torches=True)
+    assert lmod["^py-torch"] == "{name}/{version}-torch{^py-torch.version}"
+    assert list(lmod)[-2:] == ["^py-torch", "all"], "the first key a spec satisfies wins"
+    assert "^py-torch" not in modules.projections("lmod")

@@ -313,6 +313,21 @@ def test_check_on_a_drifted_environment_exits_1(tmp_path: Path, capsys) -> None:
     assert f"{out} differs from a fresh render of derecho" in captured.err
 
 
+def test_check_on_a_drifted_environment_with_json_prints_the_diff_as_json(
+        tmp_path: Path, capsys) -> None:
+    import json
+
+    out = tmp_path / "env"
+    assert main(["render", "derecho", "-o", str(out)]) == 0
+    with (out / "runtime.sh").open("a") as f:
+        f.write("# edited\n")
+    capsys.readouterr()
+    assert main(["render", "--check", "derecho", "-o", str(out), "--json"]) == 1
+    record = json.loads(capsys.readouterr().out)
+    assert (record["status"], record["site"], record["output"]) == ("differs", "derecho", str(out))
+    assert "# edited" in record["diff"]
+
+
 def test_check_on_a_never_rendered_environment_says_so(tmp_path: Path, capsys) -> None:
     assert main(["render", "--check", "derecho", "-o", str(tmp_path / "nope")]) == 1
     captured = capsys.readouterr()

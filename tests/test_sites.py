@@ -122,10 +122,10 @@ def test_every_error_names_its_own_verb(no_gfortran, tmp_path, capsys, argv) -> 
     assert err.count("torchmpi ") == 1 and "gfortran" in err, err
 
 
-def test_sites_json_marks_an_invalid_file_neither_valid_nor_loadable(
-        tmp_path, monkeypatch, capsys, derecho_text) -> None:
-    """A checkout (TORCHMPI_ROOT) whose sites/ holds derecho and a copy without its
-    launcher: the copy is invalid, so not loadable either, and the exit status is 1."""
+@pytest.fixture
+def broken_checkout(tmp_path, monkeypatch, derecho_text) -> Path:
+    """A checkout (TORCHMPI_ROOT) whose sites/ holds derecho and ``broken``, a copy
+    without its launcher; returns the broken file."""
     for item in paths.root().iterdir():  # the checkout but its sites/
         if item.name != "sites":
             (tmp_path / item.name).symlink_to(item)
@@ -134,11 +134,28 @@ def test_sites_json_marks_an_invalid_file_neither_valid_nor_loadable(
     (sites / "derecho.yaml").write_text(derecho_text)
     (sites / "broken.yaml").write_text(derecho_text.replace("\nlauncher: pbs\n", "\n"))
     monkeypatch.setenv("TORCHMPI_ROOT", str(tmp_path))
+    return sites / "broken.yaml"
+
+
+def test_sites_json_marks_an_invalid_file_neither_valid_nor_loadable(
+        broken_checkout, capsys) -> None:
+    """The copy is invalid, so not loadable either, and the exit status is 1."""
     assert main(["sites", "--json"]) == 1
     entries = {e["name"]: e for e in json.loads(capsys.readouterr().out)}
     assert (entries["broken"]["valid"], entries["broken"]["loadable"]) == (False, False)
     assert "launcher" in entries["broken"]["error"]
     assert (entries["derecho"]["valid"], entries["derecho"]["loadable"]) == (True, True)
+
+
+def test_sites_text_gives_the_last_line_of_an_invalid_files_error(
+        broken_checkout, capsys) -> None:
+    """Its last line names the file, line and key (what a one-line listing needs)."""
+    with pytest.raises(UserError) as info:
+        sitemod.load("broken")
+    assert main(["sites"]) == 1
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert lines["broken"] == f"broken   INVALID: {str(info.value).splitlines()[-1].strip()}"
+    assert f"{broken_checkout}:1:1: launcher: missing required key" in lines["broken"]
 
 
 def test_sites_lists_each_site(capsys) -> None:
