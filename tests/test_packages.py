@@ -705,13 +705,18 @@ def test_aarch64_gcc9_nccl_hang_is_refused_by_its_condition(refusals: dict) -> N
 
 
 @pytest.fixture(scope="session")
-def plugin_default_vs_builtin(spack) -> dict:
-    """``aws-ofi-nccl`` solved through the torchmpi override and through builtin
-    (same defaults, same config), with each package's run environment."""
+def overrides_vs_builtin(spack) -> dict:
+    """``aws-ofi-nccl`` and ``py-mpi4py``, each through the torchmpi override and
+    through builtin (same defaults, same config), in one ``spack python`` and
+    three solves: builtin's two together, the overrides' two together (each side
+    one environment of both, asked the same), and the plugin ``+cxi`` alone.
+    Apart they were five solves in two processes; a py-mpi4py solve of its own
+    costs about 40 CPU-seconds, most of it what every solve sets up."""
     code = """
 import json
 import spack.concretize
 import spack.repo
+import spack.spec
 from spack.util.environment import EnvironmentModifications
 
 def describe(spec, pkg_cls):
@@ -727,22 +732,49 @@ def describe(spec, pkg_cls):
                     for m in mods.env_modifications],
     }
 
-builtin = spack.concretize.concretize_one("builtin.aws-ofi-nccl")
+def build_env(spec, pkg_cls):
+    spec["mpi"].package.setup_dependent_package(None, spec)  # sets spec["mpi"].mpicc
+    mods = EnvironmentModifications()
+    pkg_cls(spec).setup_build_environment(mods)
+    return [[type(m).__name__, m.name, str(getattr(m, "value", ""))]
+            for m in mods.env_modifications]
+
+def together(*texts):
+    pairs = spack.concretize.concretize_together([(spack.spec.Spec(s), None) for s in texts])
+    return [concrete for _abstract, concrete in pairs]
+
+builtin, builtin_mpi4py = together("builtin.aws-ofi-nccl", "builtin.py-mpi4py")
 # At builtin's default release: the override adds newer ones (1.19.2 and 1.20.0,
 # OLCF's and LUMI's ROCm pairs, from commits), which an unpinned solve would take.
-ours = spack.concretize.concretize_one(f"aws-ofi-nccl@={builtin.version}")
+ours, ours_mpi4py = together(f"aws-ofi-nccl@={builtin.version}", "py-mpi4py")
 cxi = spack.concretize.concretize_one("aws-ofi-nccl +cxi")
 builtin_cls = spack.repo.PATH.get_repo("builtin").get_pkg_class("aws-ofi-nccl")
-print(json.dumps({
+mpi4py_cls = spack.repo.PATH.get_repo("builtin").get_pkg_class("py-mpi4py")
+both = (ours_mpi4py, builtin_mpi4py)
+print(json.dumps({"plugin": {
     "ours": describe(ours, type(ours.package)),
     "builtin": describe(builtin, builtin_cls),
     # The builtin class on the override's spec: what builtin would set there.
     "builtin_on_ours": describe(ours, builtin_cls)["run_env"],
     "cxi_libfabric": {"version": str(cxi["libfabric"].version),
                       "fabrics": sorted(cxi["libfabric"].variants["fabrics"].value)},
-}))
+}, "mpi4py": {
+    "namespaces": [s.namespace for s in both],
+    "hashes": [s.dag_hash() for s in both],
+    "variants": [{k: str(v.value) for k, v in s.variants.items()} for s in both],
+    "deps": [sorted((d.name, d.dag_hash()) for d in s.dependencies()) for s in both],
+    "build_env": [build_env(ours_mpi4py, type(ours_mpi4py.package)),
+                  build_env(ours_mpi4py, mpi4py_cls)],
+}}))
 """
     return json.loads(spack.python(code).stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def plugin_default_vs_builtin(overrides_vs_builtin: dict) -> dict:
+    """``aws-ofi-nccl`` through the override and through builtin, each package's
+    run environment, and the libfabric of a ``+cxi`` solve."""
+    return overrides_vs_builtin["plugin"]
 
 
 def test_plugin_override_solves_like_builtin_by_default(plugin_default_vs_builtin) -> None:
@@ -774,34 +806,10 @@ def test_plugin_override_run_environment_is_builtins_by_default(
 
 
 @pytest.fixture(scope="session")
-def mpi4py_default_vs_builtin(spack) -> dict:
-    """``py-mpi4py`` solved through the torchmpi override and through builtin,
-    with the build environment each class sets on the override's spec."""
-    code = """
-import json
-import spack.concretize
-import spack.repo
-from spack.util.environment import EnvironmentModifications
-
-def build_env(spec, pkg_cls):
-    spec["mpi"].package.setup_dependent_package(None, spec)  # sets spec["mpi"].mpicc
-    mods = EnvironmentModifications()
-    pkg_cls(spec).setup_build_environment(mods)
-    return [[type(m).__name__, m.name, str(getattr(m, "value", ""))]
-            for m in mods.env_modifications]
-
-ours = spack.concretize.concretize_one("py-mpi4py")
-builtin = spack.concretize.concretize_one("builtin.py-mpi4py")
-builtin_cls = spack.repo.PATH.get_repo("builtin").get_pkg_class("py-mpi4py")
-print(json.dumps({
-    "namespaces": [ours.namespace, builtin.namespace],
-    "hashes": [ours.dag_hash(), builtin.dag_hash()],
-    "variants": [{k: str(v.value) for k, v in s.variants.items()} for s in (ours, builtin)],
-    "deps": [sorted((d.name, d.dag_hash()) for d in s.dependencies()) for s in (ours, builtin)],
-    "build_env": [build_env(ours, type(ours.package)), build_env(ours, builtin_cls)],
-}))
-"""
-    return json.loads(spack.python(code).stdout.strip().splitlines()[-1])
+def mpi4py_default_vs_builtin(overrides_vs_builtin: dict) -> dict:
+    """``py-mpi4py`` through the override and through builtin, with the build
+    environment each class sets on the override's spec."""
+    return overrides_vs_builtin["mpi4py"]
 
 
 def test_mpi4py_override_is_builtins_by_default(mpi4py_default_vs_builtin) -> None:
