@@ -146,6 +146,18 @@ def test_modules_not_checked_are_not_counted(bumped: Path, capsys) -> None:
                           " modules the site file names are missing or changed here"), first
 
 
+def test_run_elsewhere_hint_only_when_nothing_is_here(bumped: Path, tmp_path: Path,
+                                                      capsys) -> None:
+    """Everything missing means the wrong host; some things missing means a bump."""
+    hint = "nothing the site file names is here: run this on derecho's login node"
+    argv = ["bump-check", "derecho", "--no-modules", "--no-versions", "--root"]
+    assert main([*argv, str(bumped)]) == 1
+    assert hint not in capsys.readouterr().out
+    (tmp_path / "empty").mkdir()
+    assert main([*argv, str(tmp_path / "empty")]) == 1
+    assert hint in capsys.readouterr().out
+
+
 def test_text_report(bumped: Path, capsys) -> None:
     rc = main(["bump-check", "derecho", "--root", str(bumped), "--no-modules"])
     out = capsys.readouterr().out

@@ -296,6 +296,38 @@ def test_pals_launcher_emits_ppn():
         "mpiexec", "-n", "8", "--ppn", "4", "--depth", "16"]
 
 
+def test_the_launcher_library_loads_twice_under_two_names():
+    """ReFrame may import a check library again under another module name; the second
+    registration of ``pals`` is refused by ReFrame and must not stop the load."""
+    import importlib.util
+
+    sys.path.insert(0, str(rfmconf.library_dir()))
+    try:
+        import torchmpi_launchers
+    finally:
+        sys.path.pop(0)
+    spec = importlib.util.spec_from_file_location(
+        "torchmpi_launchers_again", rfmconf.library_dir() / "torchmpi_launchers.py")
+    again = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(again)
+    assert again.PalsLauncher is not torchmpi_launchers.PalsLauncher
+
+
+def test_the_network_check_fills_both_nodes_with_one_rank_per_gpu(dry_run):
+    """The NCCL network check's job: 2 nodes x the GPUs of a node, in the launch line."""
+    site, tmp, _ = dry_run
+    loaded = sitemod.load(site)
+    if not loaded.gpu:
+        assert not list((tmp / "rfm" / "stage").glob("*/*/*/torchmpi_nccl_network"))
+        return
+    ranks = (loaded.data.get("checks") or {}).get("gpus_per_node", 1)
+    script = job_script(tmp, "torchmpi_nccl_network")
+    launch = {"slurm": f"#SBATCH --ntasks={2 * ranks}\n",
+              "pbs": f"\nmpiexec -n {2 * ranks} --ppn {ranks} "}.get(
+        loaded.data["launcher"], f"\nmpirun -np {2 * ranks} ")
+    assert launch in script, script
+
+
 def test_library_is_package_data():
     text = (paths.root() / "pyproject.toml").read_text()
     assert '"data/reframe/*.py"' in text

@@ -456,3 +456,19 @@ def test_a_pip_on_the_modules_pythonpath_is_named(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"pip 25.1 from {shadow}" in err and "PYTHONPATH" in err, err
     assert not target.exists()
+
+
+def test_a_pip_at_exactly_the_minimum_is_not_upgraded(tmp_path) -> None:
+    """pip 26.2 is the first release that keeps the pins out of build environments:
+    at exactly that version nothing is installed (offline, nothing could be).
+    The venv's python is a stand-in that answers as one with pip 26.2 would and
+    records any other use."""
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text('#!/bin/sh\nif [ "$1" = "-c" ]; then\n'
+                      '  echo 26.2; echo /venv/lib/python3.11/site-packages/pip/__init__.py\n'
+                      f'  exit 0\nfi\necho "$@" > {tmp_path}/installed\nexit 1\n')
+    python.chmod(0o755)
+    assert venvmod.pip_in(tmp_path / "venv")[0] == venvmod.PIP_MIN == (26, 2)
+    venvmod.upgrade_pip(tmp_path / "venv")
+    assert not (tmp_path / "installed").exists()
