@@ -102,7 +102,11 @@ def design_job(name: str) -> doctor.Inputs:
     log = None
     if fabric == "slingshot":
         env["LD_LIBRARY_PATH"] = PLUGIN_DIR
-        fabric_lib = f"{data['libfabric']['prefix']}/lib64/libfabric.so.1"
+        # A site that names only the module (LUMI-G): Cray's layout of that release.
+        lib = data["libfabric"]
+        release = str(lib["spec"]).split("@", 1)[1].split()[0]
+        root = lib.get("prefix") or f"/opt/cray/libfabric/{release}"
+        fabric_lib = f"{root}/lib64/libfabric.so.1"
         names = ("librccl-net.so",) if amd else ("libnccl-net.so", "libnccl-net-ofi.so")
         maps = {name: nccl.Mapped(name, [f"{PLUGIN_DIR}/{name}", fabric_lib])
                 for name in names}

@@ -2,7 +2,7 @@
 # Rendered by torchmpi 0.1.0 from sites/lumi.yaml; do not edit by hand:
 # change the site file and run `torchmpi container lumi` (docs/containers.md).
 # spack v1.1.0, builtin spack-packages v2026.06.0
-# site-sha256: 47f84f8b59c692b1e8c89835b486aedd8b44aadaeec26d764ef785307b5b746a
+# site-sha256: 416ed464ba5d240d513efc48bc60a76cb81d575cd60742dff8af21af4a4d2688
 # body-sha256: b81b771761c9ca5b577f99d68a9ed5d180d031b6a46228bf404d482a0995bde8
 # Singularity wrapper for 'lumi' (the centre's binding modules): the host's
 # Cray MPICH, libfabric and GPU libraries replace the image's. In the job script,
