@@ -93,6 +93,9 @@ EQUIVALENT: dict[str, str] = {
     'commands/sites.py: line = f"UNAVAILABLE here: {str(err).splitlines()[-1].strip()}" -> '
     'line = f"UNAVAILABLE here: {str(err).splitlines()[not 1].strip()}"':
         "every HostLacks message is one line, so its first line is its last",
+    'commands/sites.py: line = f"UNAVAILABLE here: {str(err).splitlines()[-1].strip()}" -> '
+    'line = f"UNAVAILABLE here: {str(err).splitlines()[- 0].strip()}"':
+        "every HostLacks message is one line, so its first line is its last",
     "data/reframe/torchmpi_checks.py: self.num_gpus_per_node = gpus[0].num_devices -> "
     "self.num_gpus_per_node = gpus[ -1].num_devices":
         "the settings reframe.py writes give a partition one gpu device entry",
@@ -101,6 +104,9 @@ EQUIVALENT: dict[str, str] = {
     # @functools.cache removed, as runtime.launcher_flags' above
     "torches.py:  -> def unverified() -> tuple[str, ...]:":
         "the same tuple, read again from the package file",
+    "writable.py: while not probe.exists() and probe != probe.parent: -> "
+    "while not probe.exists() and probe > probe.parent:":
+        "a path's parts extend its parent's, so it sorts after it exactly when it differs",
     "doctor/origin.py: except (ImportError, ValueError): -> "
     "except (CosmicRayTestingException, ValueError):":
         "find_spec of a top-level name imports no parent, so raises no ImportError",

@@ -394,3 +394,40 @@ def test_no_traceback_from_the_command(name: str, scratch: Path) -> None:
         assert proc.returncode == (1 if argv == ["sites"] else 2), proc.stderr
         assert str(path) in proc.stdout + proc.stderr
     unchanged.check()
+
+
+def test_writable_output_paths_pass_the_checks(tmp_path: Path) -> None:
+    """The checks refuse what cannot be written and let through what can: an existing
+    directory, one to create under a directory, a new file in an existing directory."""
+    from torchmpi import writable
+    from torchmpi.errors import UserError
+
+    writable.check_dir(tmp_path, "-o")
+    writable.check_dir(tmp_path / "new" / "deeper", "-o")
+    writable.check_file(tmp_path / "report.json", "--json-out")
+    (tmp_path / "old.json").write_text("{}")
+    writable.check_file(tmp_path / "old.json", "--json-out")
+    with pytest.raises(UserError, match="directory .*/nope does not exist"):
+        writable.check_file(tmp_path / "nope" / "report.json", "--json-out")
+
+
+def test_an_output_directory_one_may_write_but_not_search_is_refused(tmp_path: Path) -> None:
+    """Mode 0600: writing a file in it needs the search (x) bit too.  Root passes every
+    access check by its capabilities, so as root the verb runs without them
+    (setpriv's empty bounding set: uid 0 then is an owner like any other)."""
+    import shutil
+
+    out = tmp_path / "no-search"
+    out.mkdir(mode=0o600)
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv (util-linux) to drop capabilities")
+        prefix = [setpriv, "--bounding-set", "-all", "--inh-caps", "-all"]
+    proc = subprocess.run([*prefix, sys.executable, "-m", "torchmpi", "render", "derecho",
+                           "-o", str(out)], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"-o/--output {out}: directory is not writable" in proc.stderr, proc.stderr
+    assert not list(out.iterdir()), "nothing written"
