@@ -468,6 +468,16 @@ def test_graph_time_is_per_operation_over_every_replay(gloo_world_of_one, monkey
     assert result.algbw_gbs == pytest.approx(1024 / 10.0 / 1e9)
 
 
+def test_a_time_below_the_clock_resolution_reports_zero_bandwidth(gloo_world_of_one,
+                                                                  monkeypatch):
+    """A clock that did not advance: 0 s, and bandwidths of 0 rather than a division
+    by zero that would end the run."""
+    monkeypatch.setattr(ar.time, "perf_counter", lambda: 60.0)
+    (result,) = ar.run_sizes([1024], device="cpu", warmup=0, iters=3, time_op="avg",
+                             mode="graph", replays=2, capture=lambda body: lambda: None)
+    assert (result.time_us, result.algbw_gbs, result.busbw_gbs) == (0.0, 0.0, 0.0)
+
+
 def test_the_real_capture_is_a_torch_cuda_graph_replay():
     """What --graph captures with: torch.cuda.CUDAGraph, its replay returned."""
     import ast
@@ -525,6 +535,7 @@ def test_gloo_run_prints_the_floor_and_blocking_mode_in_its_header():
     (("--graph",), "--graph needs --backend nccl"),                # gloo: host collectives
     (("--graph", "--backend", "mpi"), "--graph needs --backend nccl"),
     (("--graph", "--backend", "nccl", "--device", "cpu"), "--graph needs --backend nccl"),
+    (("--graph", "--backend", "gloo", "--device", "cuda"), "--graph needs --backend nccl"),
     (("--graph", "0", "--backend", "nccl"), "--graph 0: must be at least 1"),
     (("--graph", "2", "--blocking", "--backend", "nccl"), "not allowed with"),
 ])
