@@ -8,6 +8,7 @@ tests/test_container_podman.py runs podman).
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
@@ -563,3 +564,36 @@ def test_the_sites_extra_specs_are_container_roots_too() -> None:
     want = [site.root_spec, *site.data["extra_specs"]]
     assert want[1:], "derecho lists extra_specs"
     assert container.roots(site, p) == [f"{spec} target={p.target}" for spec in want]
+
+
+def test_json_names_what_was_written_then_what_was_unchanged(tmp_path: Path, capsys) -> None:
+    """`container --json` is for scripts: the files written on the first run, none and every
+    one unchanged on the second, two-space indented as every verb's JSON."""
+    out = tmp_path / "derecho"
+    assert main(["container", "derecho", "-o", str(out), "--json"]) == 0
+    text = capsys.readouterr().out
+    first = json.loads(text)
+    files = sorted(p.name for p in out.iterdir())
+    assert (first["site"], first["status"], first["unchanged"]) == ("derecho", "written", [])
+    assert sorted(first["written"]) == files and first["output"] == str(out)
+    assert text.startswith('{\n  "site": "derecho",\n'), text[:40]
+    assert main(["container", "derecho", "-o", str(out), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert (again["status"], again["written"]) == ("unchanged", [])
+    assert sorted(again["unchanged"]) == files
+
+
+def test_a_shipped_base_image_without_a_release_tag_is_refused(monkeypatch) -> None:
+    """The site schema refuses an unpinned `container.base`; the shipped image table
+    (data/containers/base_images.yaml) is checked at render time instead: a `latest`
+    there is refused by name, as a UserError, before anything is written."""
+    from torchmpi.container import image
+
+    images = {k: dict(v) for k, v in image.GPU_IMAGES.items()}
+    images["nvidia"]["build"] = {os: "docker.io/nvidia/cuda:latest"
+                                 for os in images["nvidia"]["build"]}
+    monkeypatch.setattr(image, "GPU_IMAGES", images)
+    with pytest.raises(UserError) as refused:
+        container.render(sitemod.load("derecho"))
+    assert str(refused.value) == (
+        "Containerfile: FROM docker.io/nvidia/cuda:latest: not pinned to a release tag")
