@@ -21,7 +21,6 @@ nodes (container.py), which take about 40 % off each solve with the same DAG
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from dataclasses import dataclass
@@ -35,17 +34,12 @@ from torchmpi.lock import Lock
 
 pytestmark = [pytest.mark.spack, pytest.mark.concretize]
 
-#: Container solves left out of ``make test`` for its 30-minute budget, each added back
-#: by ``TORCHMPI_EXTRA_CONTAINER_SOLVES="lumi"``.  LUMI-G's AMD image cannot share
-#: Frontier's solve: its ROCm (7.0.3 against 7.1.1), plugin (1.20.0 against 1.19.2) and
-#: ROCm externals differ, so it is a second DAG of the same shape (about 80 CPU-s);
-#: its rendering is checked in tests/test_container.py and tests/test_container_amd.py.
-OPT_IN = ("lumi",)
-#: Sites with a container descriptor (Frontier's is an AMD image: ROCm externals, RCCL).
+#: Sites with a container descriptor (the AMD sites' are ROCm images: ROCm externals,
+#: RCCL).  LUMI-G's image cannot share Frontier's solve: its ROCm (7.0.3 against 7.1.1),
+#: plugin (1.20.0 against 1.19.2) and ROCm externals differ, so it is a second DAG of the
+#: same shape (about 70 CPU-s).
 SITES = [n for n in sitemod.available()
-         if "container" in (yaml.safe_load((paths.sites_dir() / f"{n}.yaml").read_text()) or {})
-         and (n not in OPT_IN
-              or n in os.environ.get("TORCHMPI_EXTRA_CONTAINER_SOLVES", "").split())]
+         if "container" in (yaml.safe_load((paths.sites_dir() / f"{n}.yaml").read_text()) or {})]
 #: One xdist group per site: the solves spread over the workers (tests/conftest.py
 #: leaves an explicit group alone).
 BY_SITE = [pytest.param(name, id=name, marks=pytest.mark.xdist_group(f"container-solve-{name}"))

@@ -38,11 +38,11 @@ LMOD_INIT = Path(os.environ.get("TORCHMPI_LMOD_INIT", "/usr/share/lmod/lmod/init
 #: module of each writer: NCAR's Cray MPICH (Derecho), NCSA's Spack-built Open MPI
 #: (Delta), JSC's EasyBuild CUDA-aware Open MPI under its own module name (JUPITER:
 #: ``OpenMPI/5.0.5``, aarch64, a tree fake-installed for a target this host is not).
-#: ``TORCHMPI_EXTRA_MODULE_SITES="frontier lumi"`` adds more: OLCF Frontier (AMD, ROCm
-#: modules, node-count values) and LUMI-G (AMD, its whole ROCm as externals) pass
-#: every check here, and are left out of the suite for its 30-minute budget (a
-#: deploy is about two CPU-minutes; docs/testing.md).
-SITES = ("local", "derecho", "delta", "jupiter",
+#: and both AMD sites: OLCF Frontier (ROCm modules, node-count values) and LUMI-G
+#: (its whole ROCm as externals under the rocm module).  A deploy is about two
+#: CPU-minutes; ``TORCHMPI_EXTRA_MODULE_SITES`` adds other sites by name (not run
+#: by the suite).
+SITES = ("local", "derecho", "delta", "jupiter", "frontier", "lumi",
          *os.environ.get("TORCHMPI_EXTRA_MODULE_SITES", "").split())
 #: Sites whose MPI is the centre's own module (``mpi.modules``), read from the files
 #: as written (no load: collection must not detect the local site's compilers).
