@@ -107,6 +107,9 @@ EQUIVALENT: dict[str, str] = {
     "writable.py: while not probe.exists() and probe != probe.parent: -> "
     "while not probe.exists() and probe > probe.parent:":
         "a path's parts extend its parent's, so it sorts after it exactly when it differs",
+    'checks/container.py: " mpi.prefix)" if rt == "apptainer" else "") -> '
+    '" mpi.prefix)" if rt <= "apptainer" else "")':
+        "rt is one of INJECTS_CRAY there, and of those only apptainer sorts <= it",
     "doctor/origin.py: except (ImportError, ValueError): -> "
     "except (CosmicRayTestingException, ValueError):":
         "find_spec of a top-level name imports no parent, so raises no ImportError",

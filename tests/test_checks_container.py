@@ -35,8 +35,8 @@ def _set(*path_and_value):
     return edit
 
 
-@pytest.mark.parametrize("name", ["alps-gh200", "delta", "derecho", "generic-ib", "jupiter",
-                                  "perlmutter"])
+@pytest.mark.parametrize("name", ["alps-gh200", "delta", "derecho", "frontier", "generic-ib",
+                                  "jupiter", "lumi", "perlmutter"])
 def test_a_shipped_site_with_a_container_passes(name: str) -> None:
     assert _found(name) == []
 
@@ -84,6 +84,26 @@ def test_the_gtl_directory_is_asked_only_where_torch_takes_device_buffers() -> N
 
 def test_shifter_without_added_paths_passes() -> None:
     assert _found("perlmutter", lambda d: d.update(container=dict(SHIFTER))) == []
+
+
+@pytest.mark.parametrize("name", ["lumi", "frontier", "derecho"])
+def test_only_shifter_refuses_added_paths(name: str) -> None:
+    """singularity (LUMI) and apptainer keep the job's lists: the shifter refusal is
+    shifter's alone, even for a runtime whose name sorts after it."""
+    def add(data: dict) -> None:
+        data["runtime"]["prepend_path"] = {"PATH": "/opt/site/bin"}
+        data["runtime"]["append_path"] = {"X_LIST": "/opt/x"}
+
+    assert _found(name, add) == []
+
+
+def test_an_amd_sites_rules_add_to_the_others() -> None:
+    """An AMD site's own refusals come after the runtime-wide ones (both reported)."""
+    def edit(data: dict) -> None:
+        data["target"] = "power9le"
+        data["container"]["nccl"] = {"version": "2.29.2-1", "plugin": "1.18.0"}
+
+    assert [k for k, _ in _found("lumi", edit)] == [("target",), ("container", "nccl")]
 
 
 def test_the_derivations_the_plan_reads() -> None:
