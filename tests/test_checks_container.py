@@ -12,9 +12,11 @@ import copy
 from collections.abc import Callable
 
 import pytest
+from support.sites import write_site
 from torchmpi import runtime
 from torchmpi import site as sitemod
 from torchmpi.checks import container as rules
+from torchmpi.errors import UserError
 
 
 def _found(name: str, edit: Callable[[dict], object] | None = None) -> list:
@@ -113,3 +115,16 @@ def test_the_derivations_the_plan_reads() -> None:
     assert rules.netstack_artifact("1.18.0") == (
         "26.05.1", "gpu:cuda13,cxi:12.0.1,ofi:2.5.1,aws:1.18.0+dl")
     assert rules.netstack_artifact("1.17.2") is None
+
+
+def test_singularity_without_the_centres_modules_is_refused_at_load(tmp_path) -> None:
+    """Read from the file, as every verb reads it: the runtime is a string the YAML
+    parser made, never the rule's interned literal, so only equality can match it."""
+    def edit(data: dict) -> None:
+        data["container"]["runtime"] = "singularity"
+        data["container"].pop("modules")
+
+    with pytest.raises(UserError) as refused:
+        sitemod.load(str(write_site(tmp_path, "frontier", edit)))
+    assert "container.runtime" in str(refused.value)
+    assert "singularity runs here with the centre's binding modules" in str(refused.value)

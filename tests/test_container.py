@@ -597,3 +597,64 @@ def test_a_shipped_base_image_without_a_release_tag_is_refused(monkeypatch) -> N
         container.render(sitemod.load("derecho"))
     assert str(refused.value) == (
         "Containerfile: FROM docker.io/nvidia/cuda:latest: not pinned to a release tag")
+
+
+def test_an_existing_file_as_output_is_refused_by_its_flag(tmp_path: Path, capsys) -> None:
+    """`-o` naming a file is reported as the flag the user typed, before any work."""
+    target = tmp_path / "a-file"
+    target.write_text("")
+    assert main(["container", "derecho", "-o", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert f"-o/--output {target}: exists and is not a directory" in err, err
+
+
+def test_a_centres_libfabric_is_bound_once_at_its_own_path(tmp_path: Path) -> None:
+    """Delta's HPE libfabric lies outside its Spack tree (`mounts`): bound at its own
+    path; moved below the tree, the tree's bind carries it and it is not bound again."""
+    lib = "/opt/cray/libfabric/1.15.2.0"
+    binds = container.plan(sitemod.load("delta")).binds
+    assert (lib, lib) in binds and f"{lib}/lib64" in container.plan(
+        sitemod.load("delta")).lib_path
+    inside = "/sw/spack/deltas11-2023-03/libfabric-1.15.2.0"
+
+    def move(data: dict) -> None:
+        data["libfabric"]["prefix"] = inside
+
+    binds = container.plan(edited_site(tmp_path, "delta", move)).binds
+    assert [b for b in binds if b[0].startswith("/sw/spack")] == [
+        ("/sw/spack/deltas11-2023-03", "/sw/spack/deltas11-2023-03")], binds
+
+
+def test_a_continuation_drops_the_backslash_and_nothing_before_it() -> None:
+    """As a Containerfile's reader joins lines: the backslash and line end go, the
+    characters before them stay (a word split across the line is one word)."""
+    assert container.parse_containerfile("RUN echo to\\\ngether \\\n  && true\n") == [
+        ("RUN", "echo together   && true")]
+
+
+def test_open_mpi_on_a_runtime_that_binds_nothing_is_the_images_own(tmp_path: Path) -> None:
+    """Only apptainer binds a centre's Open MPI; with podman the image's own Open MPI
+    runs (no release pin, nothing bound), whatever release the site states."""
+    def openmpi(data: dict) -> None:
+        data["mpi"].update(kind="openmpi", version="4.1.6", prefix="/opt/openmpi-4.1.6",
+                           variants="+cuda")
+
+    p = container.plan(edited_site(tmp_path, "generic-ib", openmpi))
+    assert (p.runtime, p.mpi, p.binds, p.lib_path) == ("podman", "openmpi", [], [])
+
+
+def test_the_image_installs_the_clingo_requirements_txt_pins(tmp_path: Path,
+                                                              monkeypatch) -> None:
+    """The image's clingo is the one developers solve with (requirements.txt), read at
+    render time, so a bump there reaches the image without a code change."""
+    from torchmpi.container import image
+
+    (tmp_path / "sites").mkdir()
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "pins.sh").write_text(
+        (paths.root() / "scripts" / "pins.sh").read_text())
+    (tmp_path / "requirements.txt").write_text("pytest\nclingo==5.9.1\n")
+    monkeypatch.setenv("TORCHMPI_ROOT", str(tmp_path))
+    assert image._pins()[2] == "5.9.1"
+    (tmp_path / "requirements.txt").write_text("pytest\n")
+    assert image._pins()[2] == "5.8.3"  # no pin: the release the code was written for
