@@ -95,7 +95,8 @@ def test_a_cpu_site_has_neither() -> None:
 
 @pytest.mark.parametrize("name", [n for n in sitemod.available() if n != "local"])
 def test_the_root_spec_is_built_once(name: str) -> None:
-    """The native environment and the container environment install the same root."""
+    """The native environment and the container environment install the same root: the
+    image's roots are Site's answer for the image's target and MPI, not rebuilt."""
     from torchmpi import container, spackenv
 
     site = sitemod.load(name)
@@ -104,14 +105,33 @@ def test_the_root_spec_is_built_once(name: str) -> None:
     if "container" not in site.data:
         return
     p = container.plan(site)
-    expected = f"{site.root_spec} target={p.target}"
-    if site.rocm:
-        # The image's MPICH ABI stand-in cannot answer for HIP buffers, so the image's
-        # torch is ~cuda_aware_mpi (container.plan.AMD_OVERRIDE); the torch release is
-        # pinned as the native root pins it.
-        expected = expected.replace("+cuda_aware_mpi", "~cuda_aware_mpi")
-        expected += " " + native.partition(" target=")[2].partition(" ")[2]
-    assert container.roots(site, p)[0] == expected.rstrip()
+    assert p.device_buffers is (site.gpu_vendor != "amd"), name  # plan.AMD_OVERRIDE
+    assert container.roots(site, p) == site.image_roots(p.target, p.device_buffers)
+    assert container.roots(site, p)[0].startswith(
+        site.root_spec if p.device_buffers else "py-torch-mpi ")
+
+
+def test_an_image_without_device_buffers_gets_the_torch_variant_off() -> None:
+    """Site's answer for an image whose MPI cannot take device buffers (the AMD image's
+    MPICH ABI stand-in): ``~cuda_aware_mpi`` whatever the site answers, every root at the
+    image's target, the torch release pinned as the native root pins it."""
+    from torchmpi import spackenv
+
+    site = sitemod.load("lumi")
+    assert site.torch_cuda_aware and "+cuda_aware_mpi" in site.root_spec.split()
+    native = spackenv.roots(site)[0]
+    pin = native.partition(" ^")[2]
+    assert pin == "py-torch@=" + site.data["torch"]["versions"][0], native
+    roots = site.image_roots("x86_64_v3", device_buffers=False)
+    want = site.root_spec.replace("+cuda_aware_mpi", "~cuda_aware_mpi")
+    assert roots[0] == f"{want} target=x86_64_v3 ^{pin}"
+    assert roots[1:] == [f"{s} target=x86_64_v3" for s in site.data["extra_specs"]]
+    # With device buffers the site's own variant.
+    assert site.image_roots("x86_64_v3")[0].startswith(f"{site.root_spec} target=x86_64_v3")
+    for name in ("derecho", "generic-ib"):  # no torch.versions: nothing to pin
+        other = sitemod.load(name)
+        off = other.image_roots("x86_64", device_buffers=False)[0]
+        assert "+cuda_aware_mpi" not in off.split() and "^" not in off, off
 
 
 def test_the_root_states_the_torch_variant_the_site_answers() -> None:

@@ -21,7 +21,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from torchmpi import cudaaware, detect, gpuvendor, paths, runtime
+from torchmpi import cudaaware, detect, gpuvendor, paths, runtime, torches
 from torchmpi.autokeys import AUTO_KEYS, LOCAL, auto_keys
 from torchmpi.checks import refusals, validate
 from torchmpi.checks.common import Problem
@@ -138,17 +138,35 @@ class Site:
     def root_spec(self) -> str:
         """The ``py-torch-mpi`` root every environment of the site installs (native and
         container), before the target and torch release each adds."""
+        return self._root(self.torch_cuda_aware)
+
+    def _root(self, cuda_aware_mpi: bool) -> str:
         root = "py-torch-mpi"
+        # Explicit either way: the solver does not have to honour a variant default.
+        variant = " +cuda_aware_mpi" if cuda_aware_mpi else " ~cuda_aware_mpi"
         if self.amdgpu_targets:
-            root += f" ~cuda +rocm amdgpu_target={','.join(self.amdgpu_targets)}"
-            root += " +cuda_aware_mpi" if self.torch_cuda_aware else " ~cuda_aware_mpi"
+            root += f" ~cuda +rocm amdgpu_target={','.join(self.amdgpu_targets)}" + variant
         elif self.gpu:
-            root += f" +cuda cuda_arch={self.cuda_arch}"
-            # Explicit either way: the solver does not have to honour a variant default.
-            root += " +cuda_aware_mpi" if self.torch_cuda_aware else " ~cuda_aware_mpi"
+            root += f" +cuda cuda_arch={self.cuda_arch}" + variant
         else:
             root += " ~cuda"
         return root + f" fabric={self.data['fabric']}"
+
+    def image_roots(self, target: str, device_buffers: bool = True) -> list[str]:
+        """The roots of a container image of the site, each at the image's ``target``.
+
+        ``device_buffers=False``: the image's MPI cannot take device buffers (the AMD
+        image's MPICH ABI stand-in, :mod:`torchmpi.container.plan`), so the torch
+        variant is off whatever :attr:`torch_cuda_aware` answers.  A ROCm image is one
+        (ROCm, torch) pair that builtin py-torch accepts (checked at load), so its root
+        pins the site's first torch release as the native root pins it.
+        """
+        root = self._root(self.torch_cuda_aware and device_buffers)
+        out = [f"{spec} target={target}" for spec in (root, *self.data["extra_specs"])]
+        releases = torches.versions(self.data) if self.rocm else []
+        if releases:  # after the target: `^` starts the dependency's constraints
+            out[0] += f" ^py-torch@={releases[0]}"
+        return out
 
     @property
     def mpi_spec(self) -> str:

@@ -11,7 +11,7 @@ import re
 import shlex
 from typing import Any
 
-from torchmpi import __version__, gpuvendor, paths, torches
+from torchmpi import __version__, gpuvendor, paths
 from torchmpi.container.plan import (
     ENV_DIR,
     GPU_IMAGES,
@@ -31,20 +31,9 @@ from torchmpi.yamltext import Block, comment, document
 
 
 def roots(site: Site, p: Plan) -> list[str]:
-    """The container environment's roots: the site's, at the image's generic target.
-
-    AMD: ``~cuda_aware_mpi`` (plan.AMD_OVERRIDE says why) and the site's torch release,
-    as the native root pins it: the image is one (ROCm, torch) pair that builtin
-    py-torch accepts (torchmpi.gpuvendor checked it at load)."""
-    extra = site.data["extra_specs"]
-    root = site.root_spec
-    if site.rocm:
-        root = root.replace("+cuda_aware_mpi", "~cuda_aware_mpi")
-    out = [f"{spec} target={p.target}" for spec in (root, *extra)]
-    releases = torches.versions(site.data) if site.rocm else []
-    if releases:
-        out[0] += f" ^py-torch@={releases[0]}"
-    return out
+    """The container environment's roots: the site's, at the image's generic target, as
+    :meth:`Site.image_roots` answers for the image's MPI (``Plan.device_buffers``)."""
+    return site.image_roots(p.target, p.device_buffers)
 
 
 #: The container environment's solver settings.  Every node is required at one

@@ -130,6 +130,9 @@ class Plan:
     #: Set over the site's runtime variables in the container (AMD: what the image's
     #: torch can serve; see :func:`_amd`).
     override: dict[str, str] = field(default_factory=dict)
+    #: Whether the image's MPI takes device buffers; not the AMD image's ABI stand-in
+    #: (:data:`AMD_OVERRIDE` says why), whose torch is therefore ``~cuda_aware_mpi``.
+    device_buffers: bool = True
 
 
 def generic_target(site: Site) -> str:
@@ -313,4 +316,5 @@ def _amd(site: Site) -> Plan:
                 mpi=f"{CRAY_STANDIN} ~cuda", nccl={"rccl": pair[0], "plugin": pair[1]},
                 lib_path=[PLUGIN_DIR], modules=[str(m) for m in box["modules"]],
                 modulepath=str(box.get("modulepath") or ""),
-                override=dict(AMD_OVERRIDE), launch="srun -n N ./run.sh python train.py")
+                override=dict(AMD_OVERRIDE), device_buffers=False,
+                launch="srun -n N ./run.sh python train.py")
