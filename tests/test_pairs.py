@@ -180,6 +180,26 @@ def test_an_amd_site_gets_no_nccl_pair_note() -> None:
     assert network.notes(data) == []
 
 
+def test_the_libfabric_note_follows_the_pair_tables_vendor(monkeypatch) -> None:
+    """The note is about the table's pairs, so it keys on the GPU vendor the table serves,
+    not on a vendor named in the rule: were the table AMD's, LUMI-G would be told and
+    Perlmutter not."""
+    lumi, perlmutter = sitemod.load("lumi").data, sitemod.load("perlmutter").data
+    assert network.notes(lumi) == [] and len(network.notes(perlmutter)) == 1
+    monkeypatch.setattr(pairs, "VENDOR", "amd")
+    assert network.notes(perlmutter) == []
+    assert len(network.notes(lumi)) == 1, network.notes(lumi)
+
+
+def test_the_pair_tables_vendor_is_the_packages() -> None:
+    """nccl-ss11, the table's home, is NCCL for the GPUs of ``pairs.VENDOR``: a CUDA
+    package that requires ``+cuda`` (the vendor whose architecture variant is cuda_arch)."""
+    text = (ROOT / "spack_repo/torchmpi/packages/nccl_ss11/package.py").read_text()
+    assert re.search(r"class NcclSs11\([^)]*\bCudaPackage\b", text)
+    assert 'requires("+cuda"' in text
+    assert gpuvendor.table()[pairs.VENDOR]["arch_variant"] == "cuda_arch"
+
+
 def _package_file(tmp_path: Path, monkeypatch, text: str) -> None:
     """A checkout at ``tmp_path`` whose nccl-ss11 package file is ``text``."""
     pkg = tmp_path / "spack_repo" / "torchmpi" / "packages" / "nccl_ss11"

@@ -17,6 +17,11 @@ from dataclasses import dataclass
 from torchmpi import paths
 from torchmpi.errors import UserError
 
+#: The GPU vendor whose collectives the pairs serve: nccl-ss11, the table's home, is
+#: NCCL for NVIDIA GPUs (a CudaPackage that requires ``+cuda``).  An AMD site's RCCL
+#: pairs are a table of their own (``VOUCHED_RCCL_PAIRS``, :mod:`torchmpi.gpuvendor`).
+VENDOR = "nvidia"
+
 #: Who ran a pair, by the fabric it ran on, in the words messages use.
 _WHERE = {"slingshot": "run on Slingshot", "efa": "tested on EFA"}
 

@@ -65,12 +65,13 @@ def notes(data: dict[str, Any]) -> list[str]:
     CSCS ran with 2.4.0): nothing vouches for that combination, and a pair run
     with the site's major is named where there is one.  A note, not an error:
     the pair may well work (the plugin's libfabric ABI is stable), but no
-    source says so.  Not on an AMD site: it has no NCCL pair (its RCCL is its ROCm's).
+    source says so.  Only where the table serves the site's GPUs (:data:`pairs.VENDOR`):
+    a site whose collectives are another vendor's gets none of its pairs.
     """
     lib = data.get("libfabric")
     if data.get("fabric") != "slingshot" or not isinstance(lib, dict):
         return []
-    if gpuvendor.of(data) == "amd":
+    if gpuvendor.of(data) != pairs.VENDOR:
         return []
     found = re.match(r"libfabric@(\d+)(\S*)", str(lib.get("spec", "")))
     chosen = pairs.choose(dict(data.get("nccl") or {}))
