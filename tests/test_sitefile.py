@@ -75,3 +75,52 @@ def test_a_key_that_is_not_text_names_its_path(tmp_path: Path) -> None:
     message = _refused(tmp_path, b"name: x\nmpi:\n  1: a\n")
     assert message.startswith("site.yaml:3:3: mpi.1: key 1 (YAML reads it as int), not text"), \
         message
+
+
+@pytest.mark.parametrize("opening", ["[", "{a: "], ids=["sequences", "mappings"])
+def test_deep_flow_nesting_is_refused_at_the_bracket_past_the_limit(tmp_path: Path,
+                                                                    opening: str) -> None:
+    """3000 nested flow collections: refused at the first bracket past MAX_DEPTH (line and
+    column), while scanning -- before the parser's recursion, which reached Python's limit
+    only after seconds of ruamel's scanner (its simple-key bookkeeping is linear in the
+    flow depth, so each token costs more the deeper it sits)."""
+    depth = sitefile.MAX_DEPTH
+    inner = opening * 3000
+    message = _refused(tmp_path, f"name: x\nx: {inner}1\n".encode())
+    # the top-level mapping is level 1, so the depth-th bracket is the first one past it
+    column = len("x: ") + (depth - 1) * len(opening) + 1
+    assert message.startswith(f"site.yaml:2:{column}: nested too deeply to be a site file"
+                              f" (more than {depth} levels"), message
+
+
+def test_deep_block_nesting_is_refused_at_the_entry_past_the_limit(tmp_path: Path) -> None:
+    """``- - - ...`` on one line nests block sequences without growing the file: refused
+    at the entry past MAX_DEPTH.  The top-level mapping is level 1; x's list starts in x's
+    own column (YAML's indentless sequence: no new indentation level), and each further
+    ``- `` is one level more, so the entry at index MAX_DEPTH (0-based) is refused."""
+    depth = sitefile.MAX_DEPTH
+    message = _refused(tmp_path, b"name: x\nx:\n" + b"- " * 3000 + b"1\n")
+    column = 2 * depth + 1
+    assert message.startswith(f"site.yaml:3:{column}: nested too deeply to be a site file"
+                              f" (more than {depth} levels"), message
+
+
+def test_nesting_up_to_the_limit_is_read(tmp_path: Path) -> None:
+    """The limit is no tighter than it says: MAX_DEPTH levels, flow inside block, parse.
+    Keys k0..k(h-1) in columns 0..h-1 are levels 1..h, v in column h is level h+1, and
+    its value's brackets take the rest up to MAX_DEPTH."""
+    depth = sitefile.MAX_DEPTH
+    path = tmp_path / "site.yaml"
+    half = depth // 2
+    brackets = depth - half - 1
+    block = "".join(f"{' ' * i}k{i}:\n" for i in range(half))
+    flow = "[" * brackets + "1" + "]" * brackets
+    path.write_text(f"name: x\n{block}{' ' * half}v: {flow}\n")
+    data, _, _ = sitefile.parse(path)
+    value = data
+    for i in range(half):
+        value = value[f"k{i}"]
+    value = value["v"]
+    for _ in range(brackets - 1):
+        value = value[0]
+    assert value == [1]

@@ -17,6 +17,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
+from ruamel.yaml.scanner import Scanner
 
 from torchmpi.errors import UserError
 
@@ -24,6 +25,13 @@ from torchmpi.errors import UserError
 #: thousand times that size is a mistake (a log, a binary), and reading or
 #: parsing it whole would take minutes and gigabytes before any message.
 MAX_BYTES = 256 * 1024
+
+#: Deepest nesting of mappings and lists read (block and flow levels together).
+#: The shipped files nest 7 levels at most; a file thousands deep is garbage,
+#: and ruamel.yaml would spend seconds on it (its scanner's simple-key check
+#: costs time linear in the flow depth, per token) before Python's recursion
+#: limit stopped its parser.
+MAX_DEPTH = 32
 
 
 #: Position of a key path in the file: (line, column), both 1-based.
@@ -61,6 +69,34 @@ def _decode(path: Path, raw: bytes) -> str:
             " a site file is UTF-8 text: save it as UTF-8"
         ) from None
     return text.removeprefix("\ufeff")
+
+
+class _TooDeep(Exception):
+    """Raised by the scanner at the first collection past MAX_DEPTH: (line, column)."""
+
+
+class _DepthScanner(Scanner):
+    """ruamel.yaml's scanner, refusing nesting past MAX_DEPTH as it scans.
+
+    A new level is a flow bracket (``[``, ``{``) or a block indentation
+    step; counting there stops a deep file after MAX_DEPTH levels' work,
+    before the parser and composer recurse into it.
+    """
+
+    def _check_depth(self, column: int) -> None:
+        if len(self.indents) + self.flow_level > MAX_DEPTH:
+            raise _TooDeep(self.reader.line + 1, column + 1)
+
+    def fetch_flow_collection_start(self, TokenClass: Any, to_push: str) -> None:
+        column = self.reader.column
+        super().fetch_flow_collection_start(TokenClass, to_push)
+        self._check_depth(column)
+
+    def add_indent(self, column: int) -> bool:
+        added = super().add_indent(column)
+        if added:
+            self._check_depth(column)
+        return added
 
 
 def _at(path: Path, line: int, column: int) -> str:
@@ -157,6 +193,7 @@ def parse(path: Path) -> tuple[dict[str, Any], dict, bytes]:
     raw = _read(path)
     text = _decode(path, raw)
     yaml = YAML(typ="safe", pure=True)
+    yaml.Scanner = _DepthScanner
     try:
         node = yaml.compose(text)
         lines = _index(path, node) if node is not None else {}
@@ -172,7 +209,12 @@ def parse(path: Path) -> tuple[dict[str, Any], dict, bytes]:
                         ) from None
     except YAMLError as err:
         raise UserError(f"{path}: not valid YAML: {err}") from None
-    except RecursionError:
+    except _TooDeep as err:
+        line, column = err.args
+        raise UserError(f"{_at(path, line, column)}: nested too deeply to be a site file"
+                        f" (more than {MAX_DEPTH} levels of mappings and lists; the shipped"
+                        " ones have at most 7)") from None
+    except RecursionError:  # a guard only: MAX_DEPTH stops the scanner long before
         raise UserError(f"{path}: nested too deeply to be a site file") from None
     if not isinstance(data, dict):
         what = "an empty file" if data is None else f"a {type(data).__name__}"
