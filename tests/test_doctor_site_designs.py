@@ -26,6 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "tests" / "fixtures" / "nccl-logs"
 SITES = sorted(p.stem for p in (ROOT / "sites").glob("*.yaml"))
 PLUGIN_DIR = "/sw/aws-ofi-nccl-1.19.0-abcdef/lib"
+#: Where Cray's libfabric module releases live (OLCF's build steps set
+#: libfabric_path=/opt/cray/libfabric/2.3.1, olcf/olcf-user-docs@f0571fe
+#: software/analytics/pytorch_frontier.rst:646).
+CRAY_LIBFABRIC = "/opt/cray/libfabric"
 
 
 def pytorch_cuda_mpi_error() -> str:
@@ -102,10 +106,12 @@ def design_job(name: str) -> doctor.Inputs:
     log = None
     if fabric == "slingshot":
         env["LD_LIBRARY_PATH"] = PLUGIN_DIR
-        # A site that names only the module (LUMI-G): Cray's layout of that release.
+        # A site that names only the module (LUMI-G): Cray's layout of the release the
+        # site names (Site's answer), as LUMI's recipe finds the system libfabric
+        # under /opt/cray/libfabric (sites/lumi.yaml, [plugin]).
         lib = data["libfabric"]
-        release = str(lib["spec"]).split("@", 1)[1].split()[0]
-        root = lib.get("prefix") or f"/opt/cray/libfabric/{release}"
+        assert loaded.libfabric_release, name
+        root = lib.get("prefix") or f"{CRAY_LIBFABRIC}/{loaded.libfabric_release}"
         fabric_lib = f"{root}/lib64/libfabric.so.1"
         names = ("librccl-net.so",) if amd else ("libnccl-net.so", "libnccl-net-ofi.so")
         maps = {name: nccl.Mapped(name, [f"{PLUGIN_DIR}/{name}", fabric_lib])

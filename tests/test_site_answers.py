@@ -148,3 +148,13 @@ def test_the_root_states_the_torch_variant_the_site_answers() -> None:
         assert [w for w in words if w.endswith("cuda_aware_mpi")] == [want], (name, words)
         seen.add(want)
     assert seen == {"+cuda_aware_mpi", "~cuda_aware_mpi"}, seen
+
+
+def test_the_libfabric_release_is_the_one_the_spec_names() -> None:
+    """``Site.libfabric_release``: what the render note and the doctor's tests read, parsed
+    once from ``libfabric.spec`` (a module-only site, LUMI-G, has nothing else)."""
+    lumi, frontier = sitemod.load("lumi"), sitemod.load("frontier")
+    assert "prefix" not in lumi.data["libfabric"] and lumi.libfabric_release == "1.22.0"
+    assert frontier.libfabric_release == "2.3.1"
+    assert frontier.data["libfabric"]["prefix"].endswith("/" + frontier.libfabric_release)
+    assert sitemod.load("generic-ib").libfabric_release is None  # no libfabric: key

@@ -23,7 +23,7 @@ from typing import Any
 
 from torchmpi import cudaaware, detect, gpuvendor, paths, runtime, torches
 from torchmpi.autokeys import AUTO_KEYS, LOCAL, auto_keys
-from torchmpi.checks import refusals, validate
+from torchmpi.checks import network, refusals, validate
 from torchmpi.checks.common import Problem
 from torchmpi.checks.gpu import cuda_archs
 from torchmpi.checks.schema import fill_defaults
@@ -117,6 +117,12 @@ class Site:
         if self.amdgpu_targets:  # AMD names its architectures so (ReFrame's device arch)
             return ",".join(self.amdgpu_targets)
         return ",".join(f"sm_{a}" for a in self.cuda_archs) if self.gpu else None
+
+    @property
+    def libfabric_release(self) -> str | None:
+        """The libfabric release the site file names (``libfabric.spec``); None without
+        one.  All a site that loads libfabric by module says of it (LUMI-G)."""
+        return network.libfabric_release(self.data)
 
     @property
     def torch_cuda_aware(self) -> bool:

@@ -57,6 +57,15 @@ def _unvouched(nccl: dict) -> tuple[tuple, str] | None:
         f" {plugin}: {_listing(with_plugin, 'nccl')} (docs/design.md)")
 
 
+def libfabric_release(data: dict[str, Any]) -> str | None:
+    """The release ``libfabric.spec`` names (``libfabric@1.22.0 fabrics=cxi``: ``1.22.0``);
+    None without one.  A site that loads libfabric by module names nothing else."""
+    lib = data.get("libfabric")
+    found = re.match(r"libfabric@(\d\S*)", str(lib.get("spec", ""))) \
+        if isinstance(lib, dict) else None
+    return found.group(1) if found else None
+
+
 def notes(data: dict[str, Any]) -> list[str]:
     """What to tell the admin at render about a file that loads, one line each.
 
@@ -73,21 +82,21 @@ def notes(data: dict[str, Any]) -> list[str]:
         return []
     if gpuvendor.of(data) != pairs.VENDOR:
         return []
-    found = re.match(r"libfabric@(\d+)(\S*)", str(lib.get("spec", "")))
+    release = libfabric_release(data)
     chosen = pairs.choose(dict(data.get("nccl") or {}))
-    if not found or chosen is None or not re.match(r"\d+", chosen.libfabric):
+    if not release or chosen is None or not re.match(r"\d+", chosen.libfabric):
         return []
-    have, ran = found.group(1), chosen.libfabric.split(".")[0]
+    have, ran = re.match(r"\d+", release).group(0), chosen.libfabric.split(".")[0]
     if have == ran:
         return []
-    minor = ".".join(re.findall(r"\d+", found.group(0))[:2])
+    minor = ".".join(re.findall(r"\d+", release)[:2])
     same = sorted((p for p in pairs.vouched() if p.fabric == "slingshot"
                    and p.libfabric.split(".")[0] == have),  # the site's minor first
                   key=lambda p: ".".join(p.libfabric.split(".")[:2]) != minor)
     hint = (f"; a pair run with libfabric {have}.x: nccl: {{version: {same[0].nccl}, plugin:"
             f" {same[0].plugin}}} ({same[0].label})"
             if same else f"; no vouched pair was run with libfabric {have}.x")
-    return [(f"libfabric {found.group(1)}{found.group(2)}: NCCL {chosen.nccl} with"
+    return [(f"libfabric {release}: NCCL {chosen.nccl} with"
              f" aws-ofi-nccl {chosen.plugin} was {chosen.label}"
              f", and no source vouches for it with libfabric"
              f" {have}.x{hint} (docs/design.md)")]
