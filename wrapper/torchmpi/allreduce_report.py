@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import stat
 from dataclasses import asdict
 from pathlib import Path
 
@@ -120,15 +121,29 @@ def format_table(results: list[Result], world_size: int, backend: str, device: s
 
 
 def check_writable(path: Path) -> None:
-    """Raise ValueError unless ``path`` can be written -- checked before the run, not after."""
-    if path.is_dir():
-        raise ValueError(f"{path}: is a directory")
+    """Raise ValueError unless ``path`` can be written -- checked before the run, not after.
+
+    Every question is asked of ``os.stat`` once: ``Path.is_dir`` and ``Path.exists``
+    raise PermissionError (a traceback) for a path in a folder one may not search
+    (Python 3.11), which the verb's caller must see as a refusal instead.
+    """
     parent = path.parent
+    try:
+        mode: int | None = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):  # the folder decides, below
+        mode = None
+    except PermissionError:
+        raise ValueError(f"{path}: cannot search folder {parent} (permission denied:"
+                         " its x bit is off for this user)") from None
+    except OSError as err:  # a symlink loop, a name too long
+        raise ValueError(f"{path}: {err.strerror}") from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise ValueError(f"{path}: is a directory")
     if not parent.is_dir():
         raise ValueError(f"{path}: directory {parent} does not exist")
-    if path.exists() and not os.access(path, os.W_OK):
+    if mode is not None and not os.access(path, os.W_OK):
         raise ValueError(f"{path}: not writable")
-    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
+    if mode is None and not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"{path}: cannot create a file in {parent}")
 
 
