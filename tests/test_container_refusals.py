@@ -94,3 +94,52 @@ def test_a_container_only_refusal_is_no_load_time_one(tmp_path: Path, name, edit
     site = sitemod.load(str(path))  # every other verb loads it
     found = container_checks.for_container_verb(site.data, site.runtime)
     assert [k for k, _ in found] == [key] and words in found[0][1], found
+
+
+def _amd_on_ib(data: dict) -> None:
+    """LUMI-G's file on InfiniBand with a ROCm no RCCL/plugin pair names: the load-time
+    rule asks a pair only of a Slingshot site, so the file loads."""
+    data["fabric"] = "ib"
+    data.pop("libfabric", None)
+    data.pop("nccl", None)
+    data["gpu"]["rocm"].update(version="7.0.2", prefix="/opt/rocm-7.0.2")
+    ((data.get("runtime") or {}).get("env") or {}).clear()
+
+
+def test_an_amd_image_without_a_vouched_rccl_pair_is_refused_at_the_key(tmp_path: Path,
+                                                                         capsys) -> None:
+    """The AMD image carries RCCL with the plugin vouched for the site's ROCm; where no
+    pair exists the plan refuses at gpu.rocm.version's line (it asserted, a traceback)."""
+    path = write_site(tmp_path / "sites", "lumi", _amd_on_ib)
+    sitemod.load(str(path))  # the native environment takes it
+    out = tmp_path / "out"
+    assert main(["container", str(path), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "AssertionError" not in err, err
+    _, lines, _ = parse(path)
+    line, column = lines[("gpu", "rocm", "version")]
+    assert f"{path}:{line}:{column}: gpu.rocm.version: ROCm 7.0.2" in err, err
+    assert "allowed:" in err and "7.0.3" in err, err
+    assert not out.exists()
+
+
+def test_a_cray_root_the_checks_missed_is_still_a_refusal(tmp_path: Path,
+                                                          monkeypatch) -> None:
+    """The bind model needs Cray's /opt/cray root; checks.container refuses a prefix off
+    it first, and should that check ever let one through, the plan refuses at
+    mpi.prefix's line rather than assert on the data."""
+    import importlib
+
+    from torchmpi.errors import UserError
+
+    planmod = importlib.import_module("torchmpi.container.plan")  # the module, not plan()
+
+    path = write_site(tmp_path / "sites", "derecho",
+                      _set_prefix("/glade/u/apps/cray-mpich/8.1.27/ofi/gnu/9.1"))
+    site = sitemod.load(str(path))
+    monkeypatch.setattr(planmod.checks, "for_container_verb", lambda *_: [])
+    with pytest.raises(UserError) as err:
+        planmod.plan(site)
+    line, column = site.lines[("mpi", "prefix")]
+    assert f"{path}:{line}:{column}: mpi.prefix: " in str(err.value), err.value
+    assert "is not below /opt/cray" in str(err.value) and "allowed:" in str(err.value)

@@ -154,6 +154,9 @@ def generic_target(site: Site) -> str:
     return "x86_64"
 
 
+_REFUSED = "the site file cannot be rendered as a container"
+
+
 def plan(site: Site) -> Plan:
     """Decide the image and the injection, or refuse with every reason (nothing is written).
 
@@ -163,7 +166,7 @@ def plan(site: Site) -> Plan:
     """
     found = checks.for_container_verb(site.data, site.runtime)
     if found:
-        raise site.refuse(found, "the site file cannot be rendered as a container")
+        raise site.refuse(found, _REFUSED)
     if site.rocm:
         return _amd(site)
     d = site.data
@@ -205,7 +208,11 @@ def plan(site: Site) -> Plan:
         # /usr/lib64 last (run_fasteddy_container.pbs).  Under a test's stand-in root
         # the same layout sits below that root.
         root = checks.cray_root(d)
-        assert root is not None  # checks.container refused a prefix off /opt/cray
+        if root is None:  # checks.container refuses it first; data is refused, not asserted
+            raise site.refuse([(("mpi", "prefix"), (
+                f"{d['mpi']['prefix']} is not below /opt/cray; container.runtime {rt} binds"
+                " the host's /opt/cray (Cray MPICH and what it NEEDs); allowed: Cray"
+                " MPICH's prefix under /opt/cray"))], _REFUSED)
 
         def inside(host: str) -> str:
             return "/" + str(Path(host).relative_to(root))
@@ -311,7 +318,16 @@ def _amd(site: Site) -> Plan:
     box = site.data["container"]
     rocm = str(site.rocm["version"]) if site.rocm else ""
     pair = gpuvendor.rccl_pair(rocm)
-    assert pair is not None  # gpuvendor refused an unvouched ROCm at load
+    if pair is None:
+        # Asked at load of a Slingshot site only (gpuvendor): the native environment of
+        # another fabric needs no plugin, but this image carries RCCL with one.
+        listed = ", ".join(f"{r} (aws-ofi-nccl {p}, {who})"
+                           for r, p, who in gpuvendor.vouched_rocm())
+        raise site.refuse([(("gpu", "rocm", "version"), (
+            f"ROCm {rocm}: the AMD image carries RCCL (ROCm's release) with the aws-ofi-nccl"
+            " plugin vouched for it, and no source vouches for a plugin with RCCL"
+            f" {rocm}; allowed: {listed or 'none recorded'} (VOUCHED_RCCL_PAIRS,"
+            " docs/design.md)"))], _REFUSED)
     return Plan(runtime=box["runtime"], target=generic_target(site), os=box["os"],
                 mpi=f"{CRAY_STANDIN} ~cuda", nccl={"rccl": pair[0], "plugin": pair[1]},
                 lib_path=[PLUGIN_DIR], modules=[str(m) for m in box["modules"]],
