@@ -343,6 +343,9 @@ def test_local_doctor_check_fails_on_the_pip_torch_unless_the_site_expects_it(tm
     proc = run_checks(tmp_path / "a" / "cfg", tmp_path / "a", "-r", *doctor)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
+    # -S probe=false reaches the job (ReFrame casts a string to a plain bool with bool():
+    # "false" would be True, the probes would run, and the run would take seconds more)
+    assert "--no-probe" in job_script(tmp_path / "a", "torchmpi_doctor")
     failed = re.search(r"doctor FAIL: \[([^\]]*)\]", out)
     assert failed and "'backend.mpi'" in failed.group(1), out
     names = re.findall(r"'([^']+)'", failed.group(1))

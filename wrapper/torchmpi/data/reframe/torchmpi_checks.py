@@ -22,6 +22,7 @@ import re
 
 import reframe as rfm
 import reframe.utility.sanity as sn
+import reframe.utility.typecheck as typ
 from reframe.core.builtins import (
     parameter,
     performance_function,
@@ -90,8 +91,10 @@ class torchmpi_doctor(TorchmpiBase):
     """
 
     descr = "torchmpi doctor on every node: no FAIL the site does not expect"
-    #: run the doctor's one-rank probes (``-S probe=false``: the static checks only)
-    probe = variable(bool, value=True)
+    #: run the doctor's one-rank probes (``-S probe=false``: the static checks only).
+    #: typ.Bool, not bool: ReFrame casts a -S string with the type, and bool("false")
+    #: is True (its typecheck.Bool docstring says so)
+    probe = variable(typ.Bool, value=True)
 
     @run_after("setup")
     def set_job(self):
