@@ -1083,7 +1083,7 @@ ROCM_SLINGSHOT = ("py-torch-mpi@0.1.0 +rocm ~cuda amdgpu_target=gfx90a fabric=sl
                   "+mpi4py ~cuda_aware_mpi")
 
 
-def vouched_rccl_pairs() -> list[tuple[str, str, str, str, str, str]]:
+def vouched_rccl_pairs() -> list[tuple[str, ...]]:
     """VOUCHED_RCCL_PAIRS from nccl_ss11/package.py, read as data."""
     return [tuple(p) for p in package_constant("nccl_ss11", "VOUCHED_RCCL_PAIRS")]
 
@@ -1209,10 +1209,10 @@ def test_vouched_rccl_pairs_are_labelled_and_cited() -> None:
     """Each row: the ROCm/RCCL release, a plugin release, the libfabric, where
     it ran, who ran it and a source at a commit; HPE's, OLCF's and LUMI's builds present."""
     pairs = vouched_rccl_pairs()
-    assert {(r, p, who) for r, p, _, _, who, _ in pairs} >= {
+    assert {(r, p, who) for r, p, _, _, who, *_ in pairs} >= {
         ("6.4.0", "1.19.0", "HPE"), ("7.1.1", "1.19.2", "OLCF"), ("7.0.3", "1.20.0", "LUMI")}
     for row in pairs:
-        assert len(row) == 6 and row[3] == "slingshot" and "@" in row[5], row
+        assert len(row) == 7 and row[3] == "slingshot" and "@" in row[5], row
 
 
 def test_pairs_reader_ignores_the_rccl_table() -> None:
@@ -1275,9 +1275,9 @@ def test_design_doc_shows_the_rccl_pairs_table() -> None:
     section = section.split("\n## ", 1)[0]
     rows = [[c.strip() for c in line.strip().strip("|").split("|")]
             for line in section.splitlines() if re.match(r"\| \d+\.\d+\.\d+ \|", line)]
-    shown = {(r[0], r[1], r[2], r[3]) for r in rows}
-    assert shown == {(r, p, lf, f"Slingshot: {who}")
-                     for r, p, lf, _, who, _ in vouched_rccl_pairs()}
+    shown = {(r[0], r[1], r[2], r[3], r[4]) for r in rows}
+    assert shown == {(r, p, lf, f"Slingshot: {who}", evidence)
+                     for r, p, lf, _, who, _, evidence in vouched_rccl_pairs()}
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support.sites import edited_site
-from torchmpi import gpuvendor, pairs, spackenv
+from torchmpi import gpuvendor, pairs, paths, spackenv
 from torchmpi import site as sitemod
 from torchmpi.checks import network
 from torchmpi.errors import UserError
@@ -234,3 +234,41 @@ def test_a_package_file_without_the_table_is_a_user_error(tmp_path, monkeypatch,
     _package_file(tmp_path, monkeypatch, "AN_EARLIER_TABLE = ()\n")
     with pytest.raises(UserError, match="no VOUCHED_PAIRS table"):
         pairs.vouched()
+
+
+def test_each_rccl_pair_says_what_kind_of_evidence_vouches_for_it() -> None:
+    """VOUCHED_RCCL_PAIRS' evidence column is one of the kinds the wording knows, and the
+    kind is the source's: LUMI's is an EasyBuild recipe (.eb), OLCF's the build steps of
+    a user guide (.rst), HPE's a build script (.sh); none of them a record of a run."""
+    rows = {row[0]: row for row in paths.package_constant("nccl_ss11", "VOUCHED_RCCL_PAIRS")}
+    kinds = {"build recipe": ".eb:", "build steps": ".rst:", "build script": ".sh:"}
+    assert {r: row[6] for r, row in rows.items()} == {
+        "7.0.3": "build recipe", "7.1.1": "build steps", "6.4.0": "build script"}
+    for row in rows.values():
+        assert row[6] in pairs.RCCL_EVIDENCE and kinds[row[6]] in row[5], row
+
+
+@pytest.mark.parametrize("site, says", [
+    ("lumi", "LUMI's build recipe pairs with RCCL 7.0.3"),
+    ("frontier", "OLCF's documented build steps pair with RCCL 7.1.1"),
+])
+def test_the_rendered_rccl_pin_words_its_evidence(site: str, says: str) -> None:
+    """The committed packages.yaml says how the pair's source vouches for it: a recipe or
+    build steps are not a run, so no AMD site's comment says "ran"."""
+    text = (ROOT / "environments" / site / "packages.yaml").read_text()
+    comment = text.split("  aws-ofi-nccl:", 1)[0].rsplit("\n  # The aws-ofi-nccl", 1)[1]
+    assert says in " ".join(line.strip("# ") for line in comment.splitlines()), comment
+    assert " ran " not in comment, comment
+    assert pairs.rccl_vouching(sitemod.load(site).rocm["version"]) in says
+
+
+def test_an_unknown_evidence_kind_is_a_user_error(tmp_path, monkeypatch) -> None:
+    """A row whose evidence is no known kind is refused naming the file, the row and the
+    kinds allowed (the wording of every rendered comment depends on it)."""
+    row = ("7.0.3", "1.20.0", "-", "slingshot", "LUMI", "x.eb:1", "hearsay")
+    _package_file(tmp_path, monkeypatch, f"VOUCHED_RCCL_PAIRS = ({row!r},)\n")
+    with pytest.raises(UserError) as err:
+        pairs.rccl_vouching("7.0.3")
+    text = str(err.value)
+    assert "nccl_ss11/package.py" in text and "7.0.3" in text and "'hearsay'" in text
+    assert "allowed: " + ", ".join(pairs.RCCL_EVIDENCE) in text, text

@@ -51,6 +51,36 @@ class Pair:
         return f"{_WHERE.get(self.fabric, self.fabric)} by {self.by}{ran}"
 
 
+#: The kinds of record that vouch for an RCCL pair (``VOUCHED_RCCL_PAIRS``' evidence
+#: column), each as the rendered packages.yaml says who vouches: only a job log
+#: records a run; a recipe, a guide's build steps or a build script build the pair.
+RCCL_EVIDENCE = {
+    "build recipe": "{by}'s build recipe pairs with",
+    "build steps": "{by}'s documented build steps pair with",
+    "build script": "{by}'s build script pairs with",
+    "job log": "{by} ran with",
+}
+
+
+def rccl_vouching(rocm: str) -> str | None:
+    """Who vouches for the plugin paired with RCCL ``rocm`` and by what kind of record,
+    worded for a comment (``LUMI's build recipe pairs with``); None without a pair."""
+    path = paths.torchmpi_repo() / "packages" / "nccl_ss11" / "package.py"
+    try:
+        rows = paths.package_constant("nccl_ss11", "VOUCHED_RCCL_PAIRS")
+    except (OSError, LookupError):
+        return None
+    for row in rows:
+        if row[0] != rocm:
+            continue
+        kind = row[6] if len(row) > 6 else None
+        if kind not in RCCL_EVIDENCE:
+            raise UserError(f"{path}: VOUCHED_RCCL_PAIRS, the row of ROCm {rocm}: evidence"
+                            f" {kind!r} is no known kind; allowed: {', '.join(RCCL_EVIDENCE)}")
+        return RCCL_EVIDENCE[kind].format(by=row[4])
+    return None
+
+
 def _key(version: str) -> tuple[int, ...]:
     """Sort key of an NCCL or plugin release (``2.21.5-1`` -> (2, 21, 5, 1))."""
     return tuple(int(p) for p in version.replace("-", ".").split(".") if p.isdigit())

@@ -262,8 +262,10 @@ def packages_yaml(site: Site) -> tuple[list[Part], dict[str, Any]]:
         Block(reqs, 2),
     ]
     if rccl:
-        why = [f"The aws-ofi-nccl plugin that {rccl[2]} ran with RCCL {rccl[0]} (ROCm's",
-               "release) on Slingshot (nccl-ss11's VOUCHED_RCCL_PAIRS, docs/design.md)."]
+        # Worded as the pair's evidence is (a recipe is not a run): pairs.RCCL_EVIDENCE.
+        why = [f"The aws-ofi-nccl plugin that {pairs.rccl_vouching(rccl[0])} RCCL {rccl[0]}",
+               "(ROCm's release) for Slingshot (nccl-ss11's VOUCHED_RCCL_PAIRS,",
+               "docs/design.md)."]
         parts += [comment(*why, indent=2), Block(pins, 2)]
     elif pins:
         why = ["The site's NCCL."]

@@ -105,9 +105,12 @@ VOUCHED_PAIRS = (
 
 
 #: (ROCm release of RCCL, aws-ofi-nccl built ``--with-rocm``, libfabric the
-#: source used, fabric it ran on, who ran it, source): the pairs of RCCL and
-#: the plugin that ``py-torch-mpi +rocm fabric=slingshot`` allows.  The same
-#: six columns as ``VOUCHED_PAIRS``, but a table of its own: column 0 is a
+#: source used, fabric, who vouches, source, evidence): the pairs of RCCL and
+#: the plugin that ``py-torch-mpi +rocm fabric=slingshot`` allows.  Evidence
+#: is the kind of record the source is, one of ``torchmpi.pairs.RCCL_EVIDENCE``
+#: ("build recipe", "build steps", "build script", "job log"): only a job log
+#: records a run, and the rendered packages.yaml words each kind as it is.
+#: Its first six columns are ``VOUCHED_PAIRS``', but a table of its own: column 0 is a
 #: ROCm/RCCL release, not an NCCL one, and ``torchmpi.pairs`` reads
 #: ``VOUCHED_PAIRS`` row by row (``Pair(*row)``) to pin ``nccl`` on NVIDIA
 #: sites; an RCCL row there would be offered as an NCCL pin, and a seventh
@@ -128,6 +131,7 @@ VOUCHED_RCCL_PAIRS = (
             "Lumi-supercomputer/LUMI-EasyBuild-contrib@0baa99f "
             "easybuild/easyconfigs/a/aws-ofi-nccl/aws-ofi-nccl-1.20.0-rocm7.eb:28-46"
         ),
+        "build recipe",
     ),
     (
         "7.1.1",
@@ -139,6 +143,7 @@ VOUCHED_RCCL_PAIRS = (
             "OLCF Frontier build steps (ROCm 7.1.1 as their example), olcf/olcf-user-docs@f0571fe "
             "software/analytics/pytorch_frontier.rst:638-658"
         ),
+        "build steps",
     ),
     (
         "6.4.0",
@@ -147,6 +152,7 @@ VOUCHED_RCCL_PAIRS = (
         "slingshot",
         "HPE",
         "HPE HewlettPackard/shs-ccl-docs@438fcce rccl/build_rccl_environment.sh:12-15",
+        "build script",
     ),
 )
 

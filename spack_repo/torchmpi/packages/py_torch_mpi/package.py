@@ -123,7 +123,7 @@ class PyTorchMpi(BundlePackage, CudaPackage, ROCmPackage):
                 msg="py-torch-mpi +rocm fabric=slingshot: no source vouches for this "
                 "RCCL/aws-ofi-nccl pair; use "
                 + " or ".join(f"rccl@{r} with aws-ofi-nccl@{p} ({who})"
-                              for r, p, _, _, who, _ in VOUCHED_RCCL_PAIRS)
+                              for r, p, _, _, who, *_ in VOUCHED_RCCL_PAIRS)
                 + " (docs/design.md)",
             )
 
