@@ -127,9 +127,9 @@ MUTANTS: tuple[Mutant, ...] = (
     # --- container, reframe, venv ---------------------------------------------------
     Mutant("container/reframe/venv", "wrapper/torchmpi/container/plan.py",
            '    cuda_aware = site.torch_cuda_aware', '    cuda_aware = bool(site.gpu)'),
-    Mutant("container/reframe/venv", "wrapper/torchmpi/container/image.py",
-           '    return [f"{spec} target={p.target}" for spec in (site.root_spec, *extra)]',
-           '    return [f"{spec} target={p.target}" for spec in (site.root_spec,)]'),
+    Mutant("container/reframe/venv", "wrapper/torchmpi/site.py",
+           'out = [f"{spec} target={target}" for spec in (root, *self.data["extra_specs"])]',
+           'out = [f"{spec} target={target}" for spec in (root,)]'),
     Mutant("container/reframe/venv", "wrapper/torchmpi/container/plan.py",
            '    if fabric == "slingshot":\n        # Where nothing injects',
            '    if fabric == "slingshot" and rt in INJECTS_PLUGIN:\n'
@@ -178,11 +178,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("render", "wrapper/torchmpi/output.py", "    if refusal and not force:",
            "    if refusal and force:"),
     Mutant("render", "wrapper/torchmpi/site.py",
-           '            # Explicit either way: the solver does not have to honour a variant '
-           'default.\n            root += " +cuda_aware_mpi" if self.torch_cuda_aware else '
-           '" ~cuda_aware_mpi"',
-           '            # Explicit either way: the solver does not have to honour a variant '
-           'default.\n            root += " +cuda_aware_mpi"'),
+           '            root += f" +cuda cuda_arch={self.cuda_arch}" + variant',
+           '            root += f" +cuda cuda_arch={self.cuda_arch}" + " +cuda_aware_mpi"'),
     Mutant("render", "wrapper/torchmpi/spackenv.py",
            """        pins["aws-ofi-nccl"] = {"require": [f"@{nccl['plugin']}"]}""",
            "        pass"),

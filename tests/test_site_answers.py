@@ -132,6 +132,10 @@ def test_an_image_without_device_buffers_gets_the_torch_variant_off() -> None:
         other = sitemod.load(name)
         off = other.image_roots("x86_64", device_buffers=False)[0]
         assert "+cuda_aware_mpi" not in off.split() and "^" not in off, off
+    # The site's extra specs are the image's roots too, at its target (derecho has some).
+    extra = sitemod.load("derecho").data["extra_specs"]
+    assert extra and sitemod.load("derecho").image_roots("x86_64_v3")[1:] == [
+        f"{s} target=x86_64_v3" for s in extra]
 
 
 def test_the_root_states_the_torch_variant_the_site_answers() -> None:
