@@ -446,6 +446,10 @@ def _copy_checkout(dest: Path) -> None:
     for raw in filter(None, names):
         rel = raw.decode()
         src = ROOT / rel
+        if src.is_symlink():  # a link git tracks (wrapper/torchmpi/sites): kept a link
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.readlink(src), dest / rel)
+            continue
         if not src.is_file():
             continue
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)

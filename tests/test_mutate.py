@@ -62,6 +62,16 @@ def test_a_mutants_tests_see_the_scratch_copy_not_the_checkout(scratch: Path) ->
     assert Path(module).is_relative_to(scratch / "wrapper")
 
 
+def test_a_scratch_copy_keeps_the_checkouts_links(scratch: Path) -> None:
+    """``wrapper/torchmpi/sites`` is a link to ``sites/`` (what an installed tool ships):
+    a copy that drops it fails the doctor's installed-tool test before any mutant, so no
+    doctor module could be scored from the working tree."""
+    link = scratch / "wrapper" / "torchmpi" / "sites"
+    assert link.is_symlink() and os.readlink(link) == os.readlink(
+        ROOT / "wrapper" / "torchmpi" / "sites")
+    assert (link / "derecho.yaml").is_file()
+
+
 def test_the_spack_fixture_in_a_scratch_copy_registers_the_copys_repo(scratch: Path) -> None:
     """The ``spack`` fixture writes ``${TORCHMPI_ROOT}/spack_repo/torchmpi`` into its
     repos.yaml and sets ``TORCHMPI_ROOT`` from ``paths.root()``: under the mutant's
