@@ -73,8 +73,8 @@ EQUIVALENT: dict[str, str] = {
     '"VOUCHED_PAIRS": -> if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", '
     '"") is "VOUCHED_PAIRS":':
         "CPython interns identifiers, the parser's and the literal's alike",
-    "allreduce_report.py: if not path.exists() and not os.access(parent, os.W_OK | os.X_OK): "
-    "-> if not path.exists() and not os.access(parent, os.W_OK + os.X_OK):":
+    "allreduce_report.py: if mode is None and not os.access(parent, os.W_OK | os.X_OK): "
+    "-> if mode is None and not os.access(parent, os.W_OK + os.X_OK):":
         "2 + 1 == 2 | 1",
     "checks/mpi.py: f\"must be {switch} here: mpi.cuda_aware is {str(switch == '1').lower()}, "
     "so torch\" -> f\"must be {switch} here: mpi.cuda_aware is {str(switch >= '1').lower()}, "
@@ -113,6 +113,12 @@ EQUIVALENT: dict[str, str] = {
     "doctor/origin.py: except (ImportError, ValueError): -> "
     "except (CosmicRayTestingException, ValueError):":
         "find_spec of a top-level name imports no parent, so raises no ImportError",
+    "doctor/probe.py: return f\"this torch has no {backend.upper() if backend != 'gloo' else "
+    "'gloo'} backend\" -> return f\"this torch has no {backend.upper() if backend > 'gloo' "
+    "else 'gloo'} backend\"":
+        "the probes' backends are mpi, nccl and gloo: the other two sort after gloo",
+    "doctor/site_env.py: if len(fields) == parts: -> if len(fields) >= parts:":
+        "rsplit with maxsplit parts - 1 never gives more than parts fields",
 }
 
 #: pytest exit statuses: 0 passed, 1 a test failed, 2 interrupted (a collection

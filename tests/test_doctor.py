@@ -68,6 +68,16 @@ def test_healthy_cray_gpu_node_has_no_failure():
     assert [n for n, s in got.items() if s in ("FAIL", "WARN")] == []
 
 
+def test_a_cuda_torchs_plugin_check_speaks_nccls_file_names():
+    """The plugin check is NCCL's on a CUDA torch and RCCL's only on a ROCm one: RCCL's
+    wording (librccl-net.so) on an NVIDIA node would send the user after a file NCCL
+    never opens."""
+    check = next(c for c in doctor.run_checks(cray_inputs()) if c.name == "nccl.plugin")
+    assert "libnccl-net.so -> /sw/aws-ofi-nccl-1.19.0-abcdef/lib/libnccl-net.so" in (
+        check.detail), check
+    assert "rccl" not in check.detail.lower()
+
+
 @pytest.mark.parametrize(("env", "check"), [
     ({"MPICH_GPU_SUPPORT_ENABLED": "0"}, "mpi.cray_gpu"),
     ({"NCCL_NET": "OFI", "LD_LIBRARY_PATH": "/sw/aws-ofi-nccl-1.6.0-x/lib"}, "nccl.plugin"),
@@ -201,6 +211,25 @@ def test_the_mpi_the_probe_child_maps_is_judged():
     assert check.status == "PASS" and "libmpi_gnu_123.so.12" in check.detail
 
 
+@pytest.mark.parametrize(("container_check", "where"), [
+    (doctor.Check("container", "SKIP", "not in a container"), ""),
+    (doctor.Check("container", "PASS", "in a container: podman-hpc"),
+     " in a container (podman-hpc)"),
+])
+def test_the_mpi_mismatch_names_the_container_only_inside_one(container_check, where):
+    """The report tells mpi.implementation the runtime only when the container check
+    found one (PASS): a SKIP's "not in a container" is no runtime."""
+    inputs = site_module()
+    inputs.torch = gpu.TorchInfo(**{**vars(CRAY_TORCH), "loaded_libs": [
+        "/usr/lib/x86_64-linux-gnu/openmpi/lib/libmpi.so.40.30.6"]})
+    inputs.container = [container_check]
+    check = next(c for c in doctor.run_checks(inputs) if c.name == "mpi.implementation")
+    assert check.status == "FAIL"
+    assert check.detail.startswith(
+        "torch loads Open MPI (from loaded: /usr/lib/x86_64-linux-gnu/openmpi/lib/"
+        f"libmpi.so.40.30.6){where}, not the site's MPI"), check.detail
+
+
 def test_troubleshooting_table_is_what_the_doctor_says_stack_by_stack():
     """One row per stack; a check the report does not print is '–'."""
     names, rows = verdict_table()
@@ -295,6 +324,9 @@ def test_doctor_cli_unreadable_log_is_a_user_error(tmp_path):
     proc = doctor_cli("--nccl-log", str(tmp_path / "missing.log"), "--no-probe")
     assert proc.returncode == 2 and "--nccl-log" in proc.stderr
     assert "Traceback" not in proc.stderr
+    # the system's reason in words, not Python's "[Errno 2] ...: 'path'" repeated
+    assert "cannot read: No such file or directory" in proc.stderr
+    assert "Errno" not in proc.stderr
 
 
 def test_doctor_help_has_description_example_and_defaults():

@@ -329,7 +329,10 @@ def test_the_sites_uenv_mounted_with_its_view_passes(tmp_path):
     ({}, {}, "no uenv is mounted"),
     ({"UENV_MOUNT_LIST": f"/x/{SHA}/store.squashfs:/user-tools",
       "UENV_VIEW": "/user-tools:pytorch:default"}, {}, "nothing is mounted at /user-environment"),
-    (MOUNTED, {"name": "prgenv-gnu"}, "prgenv-gnu is mounted"),
+    # another uenv's name, sorting before the site's and after it: the name check's own
+    # words (a later check, of the loaded view, also names what is mounted)
+    (MOUNTED, {"name": "prgenv-gnu"}, "prgenv-gnu is mounted at /user-environment; "),
+    (MOUNTED, {"name": "vllm"}, "vllm is mounted at /user-environment; "),
     ({**MOUNTED, "UENV_VIEW": "/user-environment:pytorch:spack"}, {}, "view default"),
     (MOUNTED, {"views": ("spack",)}, "has no view default"),
 ])
