@@ -1053,7 +1053,7 @@ def test_every_vouched_rccl_plugin_is_a_release_the_override_declares(plugin_ncc
 # --- nccl-ss11: only NCCL/plugin pairs a source vouches for ---------------------
 
 
-def vouched_pairs() -> list[tuple[str, str, str, str, str, str]]:
+def vouched_pairs() -> list[tuple[str, str, str, str, str, str, str]]:
     """VOUCHED_PAIRS from nccl_ss11/package.py (tests/test_pairs.py checks its labels)."""
     return [tuple(p) for p in package_constant("nccl_ss11", "VOUCHED_PAIRS")]
 
@@ -1062,7 +1062,7 @@ def test_every_vouched_pair_names_its_source() -> None:
     pairs = vouched_pairs()
     assert ("2.21.5-1", "1.6.0") in {(n, p) for n, p, *_ in pairs}  # NCAR Derecho
     assert ("2.27.7-1", "1.19.0") in {(n, p) for n, p, *_ in pairs}  # HPE shs-ccl-docs
-    for nccl, plugin, *_, source in pairs:
+    for nccl, plugin, _, _, _, source, _evidence in pairs:
         assert any(s in source for s in ("RELEASENOTES", "@")), (nccl, plugin, source)
 
 

@@ -1,4 +1,4 @@
-"""NCCL/aws-ofi-nccl pairs: refused at site load, labelled by where they ran.
+"""NCCL/aws-ofi-nccl pairs: refused at site load, labelled by who vouches and how.
 
 A pinned pair outside nccl-ss11's ``VOUCHED_PAIRS`` used to render and then
 fail after a solve of minutes; now the loader refuses it, over a broken copy
@@ -40,12 +40,12 @@ def test_unvouched_plugin_is_refused_at_load_with_the_vouched_pairs(tmp_path: Pa
     line = next(s for s in msg.splitlines() if ": nccl.plugin: " in s)
     assert re.search(r"derecho\.yaml:\d+:\d+: nccl\.plugin: aws-ofi-nccl 1\.19\.0 with NCCL"
                      r" 2\.21\.5-1 is not a vouched pair", line), line
-    # What NCCL 2.21.5-1 allows, and where each was run.
-    assert ("allowed with NCCL 2.21.5-1: 1.6.0 (run on Slingshot by NCAR with libfabric"
-            " 1.15.2.0)") in line
+    # What NCCL 2.21.5-1 allows, and who vouches for each, by what record.
+    assert ("allowed with NCCL 2.21.5-1: 1.6.0 (built for Slingshot by NCAR's build script"
+            " with libfabric 1.15.2.0)") in line
     # What plugin 1.19.0 is vouched with, Slingshot and EFA alike.
-    assert "2.27.7-1 (run on Slingshot by HPE with libfabric 1.22.0)" in line
-    assert "2.29.7-1 (tested on EFA by AWS release notes)" in line
+    assert "2.27.7-1 (built for Slingshot by HPE's build script with libfabric 1.22.0)" in line
+    assert "2.29.7-1 (listed for EFA in AWS's release notes)" in line
 
 
 def test_nccl_in_no_pair_is_refused_at_load(tmp_path: Path) -> None:
@@ -65,8 +65,8 @@ def test_every_vouched_pair_loads(tmp_path: Path) -> None:
         edited_site(tmp_path, "derecho", _pin(pair.nccl, pair.plugin))
 
 
-def test_every_pair_is_labelled_by_where_it_ran() -> None:
-    by = {"slingshot": {"HPE", "CSCS", "NCAR"}, "efa": {"AWS release notes"}}
+def test_every_pair_is_labelled_by_who_vouches_for_it() -> None:
+    by = {"slingshot": {"HPE", "CSCS", "NCAR"}, "efa": {"AWS"}}
     for pair in pairs.vouched():
         assert pair.by in by[pair.fabric], pair
         if pair.fabric == "efa":
@@ -76,15 +76,16 @@ def test_every_pair_is_labelled_by_where_it_ran() -> None:
 
 
 def test_design_doc_shows_the_packages_table() -> None:
-    """docs/design.md's table is the package's, row for row, with where each ran."""
+    """docs/design.md's table is the package's, row for row, with who vouches for each
+    and by what kind of record."""
     text = (ROOT / "docs" / "design.md").read_text()
     section = text.split("### `nccl-ss11`", 1)[1]
     rows = [[c.strip() for c in line.strip().strip("|").split("|")]
             for line in section.splitlines() if line.startswith("| 2.")]
     assert rows, "no pair rows in docs/design.md"
-    shown = {(r[0], r[1], r[2] if r[2] != "–" else "-", r[3]) for r in rows}
+    shown = {(r[0], r[1], r[2] if r[2] != "–" else "-", r[3], r[4]) for r in rows}
     where = {"slingshot": "Slingshot: {}", "efa": "EFA: {}"}
-    table = {(p.nccl, p.plugin, p.libfabric, where[p.fabric].format(p.by))
+    table = {(p.nccl, p.plugin, p.libfabric, where[p.fabric].format(p.by), p.evidence)
              for p in pairs.vouched()}
     assert shown == table
 
@@ -161,14 +162,15 @@ def test_every_label_names_the_libfabric_the_pair_ran_with() -> None:
 
 
 def test_perlmutters_rendered_pin_names_the_pairs_libfabric() -> None:
-    """The committed packages.yaml says which libfabric the chosen pair ran with; the
+    """The committed packages.yaml says which libfabric the chosen pair's source used; the
     note at render says the site's 1.20.1 is another major (checks.network.notes, not repeated)."""
     text = (ROOT / "environments" / "perlmutter" / "packages.yaml").read_text()
-    assert "(run on Slingshot by CSCS with libfabric 2.4.0;" in text
+    assert "(deployed on Slingshot by CSCS with libfabric 2.4.0;" in text
     notes = network.notes(sitemod.load("perlmutter").data)
     assert len(notes) == 1 and "libfabric 1.20.1:" in notes[0], notes
     assert notes[0].count("with libfabric 2.4.0") == 1, notes[0]
-    assert "(run on Slingshot by HPE with libfabric 1.22.0)" in notes[0], notes[0]
+    hpe = "(built for Slingshot by HPE's build script with libfabric 1.22.0)"
+    assert hpe in notes[0], notes[0]
 
 
 def test_an_amd_site_gets_no_nccl_pair_note() -> None:
@@ -219,11 +221,12 @@ def fresh_vouched():
 def test_vouched_pairs_are_read_from_their_own_table(tmp_path, monkeypatch, fresh_vouched):
     """Another table of the package file (the RCCL pairs, an earlier constant) is never
     taken for VOUCHED_PAIRS; the pairs come newest NCCL first."""
-    row = ("2.0.0-1", "1.0.0", "-", "efa", "AWS", "notes")
+    row = ("2.0.0-1", "1.0.0", "-", "efa", "AWS", "notes", "release notes")
     _package_file(tmp_path, monkeypatch,
                   f"AN_EARLIER_TABLE = ({row!r},)\n"
-                  "VOUCHED_PAIRS = (('2.18.3-1', '1.6.0', '1.15.2.0', 'slingshot', 'NCAR', 'x'),"
-                  " ('2.21.5-1', '1.14.0', '-', 'slingshot', 'HPE', 'y'))\n"
+                  "VOUCHED_PAIRS = (('2.18.3-1', '1.6.0', '1.15.2.0', 'slingshot', 'NCAR', 'x',"
+                  " 'build script'), ('2.21.5-1', '1.14.0', '-', 'slingshot', 'HPE', 'y',"
+                  " 'job log'))\n"
                   "ZED = ()\n")
     assert [(p.nccl, p.plugin) for p in pairs.vouched()] == [("2.21.5-1", "1.14.0"),
                                                              ("2.18.3-1", "1.6.0")]
@@ -272,3 +275,66 @@ def test_an_unknown_evidence_kind_is_a_user_error(tmp_path, monkeypatch) -> None
     text = str(err.value)
     assert "nccl_ss11/package.py" in text and "7.0.3" in text and "'hearsay'" in text
     assert "allowed: " + ", ".join(pairs.RCCL_EVIDENCE) in text, text
+
+
+#: The kind of record each NVIDIA pair's source is: CSCS's are environments it deploys on
+#: Alps (a uenv recipe with its docs page, prgenv-gnu 26.3's docs page listing the
+#: versions), HPE's and NCAR's build scripts, AWS's release notes; none a job log.
+NVIDIA_EVIDENCE = {
+    ("2.29.7-1", "1.19.0"): "release notes", ("2.29.2-1", "1.18.0"): "deployed environment",
+    ("2.29.2-1", "1.17.2"): "deployed environment", ("2.28.7-1", "1.19.0"): "release notes",
+    ("2.28.7-1", "1.17.3"): "release notes", ("2.28.7-1", "1.17.2"): "release notes",
+    ("2.27.7-1", "1.19.0"): "build script", ("2.27.3-1", "1.19.0"): "release notes",
+    ("2.21.5-1", "1.6.0"): "build script",
+}
+
+
+def test_each_nccl_pair_says_what_kind_of_evidence_vouches_for_it() -> None:
+    """VOUCHED_PAIRS' evidence column is a kind the wording knows and the source's own:
+    release notes cite RELEASENOTES, a build script a .sh, a deployed environment
+    CSCS's docs (cscs-docs)."""
+    assert {(p.nccl, p.plugin): p.evidence for p in pairs.vouched()} == NVIDIA_EVIDENCE
+    cites = {"release notes": "RELEASENOTES.md:", "build script": ".sh",
+             "deployed environment": "eth-cscs/cscs-docs@"}
+    for pair in pairs.vouched():
+        assert pair.evidence in pairs.EVIDENCE and cites[pair.evidence] in pair.source, pair
+
+
+@pytest.mark.parametrize("nccl, plugin, label", [
+    ("2.21.5-1", "1.6.0", "built for Slingshot by NCAR's build script with libfabric 1.15.2.0"),
+    ("2.29.2-1", "1.18.0", "deployed on Slingshot by CSCS with libfabric 2.4.0"),
+    ("2.29.7-1", "1.19.0", "listed for EFA in AWS's release notes"),
+])
+def test_a_pairs_label_words_its_evidence(nccl: str, plugin: str, label: str) -> None:
+    """Messages and pins label a pair as its record is: a build script built it, CSCS
+    deployed it, AWS's release notes list it; only a job log would say it ran."""
+    pair = next(p for p in pairs.vouched() if (p.nccl, p.plugin) == (nccl, plugin))
+    assert pair.label == label
+    for pair in pairs.vouched():
+        assert ("run " in pair.label) == (pair.evidence == "job log"), pair.label
+
+
+def test_the_rendered_nccl_pin_words_its_evidence() -> None:
+    """Perlmutter's committed packages.yaml says CSCS deployed the pair it is pinned to
+    (a uenv recipe and its docs page), not that CSCS ran it."""
+    text = (ROOT / "environments" / "perlmutter" / "packages.yaml").read_text()
+    comment = text.split("  nccl:", 1)[0].rsplit("\n  # The newest", 1)[1]
+    said = " ".join(line.strip("# ") for line in comment.splitlines())
+    assert "(deployed on Slingshot by CSCS with libfabric 2.4.0;" in said, said
+    assert " run " not in said and " ran " not in said, said
+
+
+@pytest.mark.parametrize("row, found", [
+    (("2.21.5-1", "1.6.0", "1.15.2.0", "slingshot", "NCAR", "x.sh:1", "hearsay"), "'hearsay'"),
+    (("2.21.5-1", "1.6.0", "1.15.2.0", "slingshot", "NCAR", "x.sh:1"), "None"),
+])
+def test_an_unknown_nccl_evidence_kind_is_a_user_error(tmp_path, monkeypatch, fresh_vouched,
+                                                       row: tuple, found: str) -> None:
+    """A VOUCHED_PAIRS row whose evidence is no known kind (or missing) is refused naming
+    the file, the row and the kinds allowed, as the RCCL table's is."""
+    _package_file(tmp_path, monkeypatch, f"VOUCHED_PAIRS = ({row!r},)\n")
+    with pytest.raises(UserError) as err:
+        pairs.vouched()
+    text = str(err.value)
+    assert "nccl_ss11/package.py" in text and "2.21.5-1" in text and found in text, text
+    assert "allowed: " + ", ".join(pairs.EVIDENCE) in text, text

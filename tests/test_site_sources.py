@@ -290,7 +290,7 @@ def test_vouched_pair_sources_use_the_release_notes_verb() -> None:
                  and getattr(node.targets[0], "id", "") == "VOUCHED_PAIRS")
     quoted = 0
     for row in pairs:
-        nccl, plugin, source = row[0], row[1], row[-1]
+        nccl, plugin, source = row[0], row[1], row[5]
         m = re.search(r"aws/aws-ofi-nccl v(\S+) RELEASENOTES\.md:\d+ \((.+) NCCL (\S+)\)", source)
         if not m:
             continue

@@ -5,7 +5,10 @@ The package (``spack_repo/torchmpi/packages/nccl_ss11/package.py``,
 literal with :mod:`ast` (no Spack import, a few milliseconds) so that a site
 file pinning a pair outside it is refused when the site is loaded, not after
 a solve of minutes, and so that a Slingshot site naming no pair gets one that
-was run on Slingshot.  One table, two readers: they cannot disagree.
+a source pairs for Slingshot.  One table, two readers: they cannot disagree.
+Each row says what kind of record vouches for it (:data:`EVIDENCE`), and every
+message words the pair as that record is: a build script or a deployed
+environment is not a run.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import ast
 import functools
 from dataclasses import dataclass
+from pathlib import Path
 
 from torchmpi import paths
 from torchmpi.errors import UserError
@@ -22,42 +26,59 @@ from torchmpi.errors import UserError
 #: pairs are a table of their own (``VOUCHED_RCCL_PAIRS``, :mod:`torchmpi.gpuvendor`).
 VENDOR = "nvidia"
 
-#: Who ran a pair, by the fabric it ran on, in the words messages use.
-_WHERE = {"slingshot": "run on Slingshot", "efa": "tested on EFA"}
+#: The fabrics of the tables, as messages name them.
+_FABRIC = {"slingshot": "Slingshot", "efa": "EFA"}
+
+#: The kinds of record that vouch for a pair (both tables' evidence column), each as
+#: a message labels a pair: who vouches, for which fabric, by what.  Only a job log
+#: records a run; a recipe, a guide's build steps or a build script build the pair, a
+#: centre deploys an environment that carries it, release notes list it.
+EVIDENCE = {
+    "build recipe": "built for {fabric} by {by}'s build recipe",
+    "build steps": "built for {fabric} by {by}'s documented build steps",
+    "build script": "built for {fabric} by {by}'s build script",
+    "deployed environment": "deployed on {fabric} by {by}",
+    "release notes": "listed for {fabric} in {by}'s release notes",
+    "job log": "run on {fabric} by {by}",
+}
 
 
 @dataclass(frozen=True)
 class Pair:
-    """One vouched pair and where it was run."""
+    """One vouched pair, who vouches for it and by what kind of record."""
 
     nccl: str
     plugin: str
     libfabric: str
-    fabric: str  # "slingshot" (HPE, CSCS, NCAR) or "efa" (AWS release notes)
+    fabric: str  # "slingshot" (HPE, CSCS, NCAR) or "efa" (AWS's release notes)
     by: str
     source: str
+    evidence: str  # a kind of EVIDENCE
 
     @property
     def label(self) -> str:
-        """Where, by whom and with which libfabric it ran, for messages and pins:
-        ``run on Slingshot by NCAR with libfabric 1.15.2.0``.
+        """For which fabric, by whom, by what record and with which libfabric, for
+        messages and pins: ``built for Slingshot by NCAR's build script with libfabric
+        1.15.2.0``, worded as the evidence is (only a job log says "run").
 
         The libfabric is named because a site's may differ from it (Perlmutter's
-        1.20.1 against the 2.4.0 CSCS ran 2.29.2-1 + 1.18.0 with), which
+        1.20.1 against the 2.4.0 of CSCS's environment with 2.29.2-1 + 1.18.0), which
         :func:`torchmpi.checks.network.notes` says at render; the release notes' pairs
         record none (``-``) and the label says nothing about one.
         """
-        ran = f" with libfabric {self.libfabric}" if self.libfabric != "-" else ""
-        return f"{_WHERE.get(self.fabric, self.fabric)} by {self.by}{ran}"
+        fabric = _FABRIC.get(self.fabric, self.fabric)
+        lib = f" with libfabric {self.libfabric}" if self.libfabric != "-" else ""
+        return EVIDENCE[self.evidence].format(fabric=fabric, by=self.by) + lib
 
 
-#: The kinds of record that vouch for an RCCL pair (``VOUCHED_RCCL_PAIRS``' evidence
-#: column), each as the rendered packages.yaml says who vouches: only a job log
-#: records a run; a recipe, a guide's build steps or a build script build the pair.
+#: The same kinds (:data:`EVIDENCE`) as the rendered packages.yaml says who vouches
+#: for an RCCL pair (``VOUCHED_RCCL_PAIRS``' evidence column): only a job log says "ran".
 RCCL_EVIDENCE = {
     "build recipe": "{by}'s build recipe pairs with",
     "build steps": "{by}'s documented build steps pair with",
     "build script": "{by}'s build script pairs with",
+    "deployed environment": "{by}'s deployed environment pairs with",
+    "release notes": "{by}'s release notes pair with",
     "job log": "{by} ran with",
 }
 
@@ -73,12 +94,20 @@ def rccl_vouching(rocm: str) -> str | None:
     for row in rows:
         if row[0] != rocm:
             continue
-        kind = row[6] if len(row) > 6 else None
-        if kind not in RCCL_EVIDENCE:
-            raise UserError(f"{path}: VOUCHED_RCCL_PAIRS, the row of ROCm {rocm}: evidence"
-                            f" {kind!r} is no known kind; allowed: {', '.join(RCCL_EVIDENCE)}")
-        return RCCL_EVIDENCE[kind].format(by=row[4])
+        return RCCL_EVIDENCE[_evidence(path, "VOUCHED_RCCL_PAIRS", f"ROCm {rocm}", row)]\
+            .format(by=row[4])
     return None
+
+
+def _evidence(path: Path, table: str, which: str, row: tuple) -> str:
+    """The row's evidence kind (its seventh column), refused unless :data:`EVIDENCE`
+    knows it: every message's wording depends on it."""
+    kind = row[6] if len(row) == 7 else None
+    if kind not in EVIDENCE:
+        raise UserError(f"{path}: {table}, the row of {which}: evidence {kind!r} is no"
+                        f" known kind (a row has 7 columns, the last one the kind);"
+                        f" allowed: {', '.join(EVIDENCE)}")
+    return kind
 
 
 def _key(version: str) -> tuple[int, ...]:
@@ -97,6 +126,8 @@ def vouched() -> tuple[Pair, ...]:
     for node in tree.body:
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "VOUCHED_PAIRS":
             rows = ast.literal_eval(node.value)
+            for row in rows:
+                _evidence(path, "VOUCHED_PAIRS", "NCCL " + " with ".join(map(str, row[:2])), row)
             pairs = [Pair(*row) for row in rows]
             return tuple(sorted(pairs, key=lambda p: (_key(p.nccl), _key(p.plugin)),
                                 reverse=True))
@@ -104,10 +135,10 @@ def vouched() -> tuple[Pair, ...]:
 
 
 def choose(nccl: dict) -> Pair | None:
-    """The pair a Slingshot site gets: its pin completed with a Slingshot-run plugin.
+    """The pair a Slingshot site gets: its pin completed with a plugin paired for Slingshot.
 
-    No pin: the newest pair run on Slingshot.  NCCL pinned without a plugin:
-    the newest plugin run on Slingshot with that NCCL, else None (the solver
+    No pin: the newest pair vouched for Slingshot.  NCCL pinned without a plugin:
+    the newest plugin vouched for Slingshot with that NCCL, else None (the solver
     picks among the vouched ones).  Both pinned: that pair.
     """
     version, plugin = nccl.get("version"), nccl.get("plugin")

@@ -273,8 +273,9 @@ def packages_yaml(site: Site) -> tuple[list[Part], dict[str, Any]]:
             why = ["The site's NCCL and aws-ofi-nccl plugin: a pair a source vouches for",
                    "(nccl-ss11's VOUCHED_PAIRS, docs/design.md)."]
         if picked and chosen is not None:
-            why = ["The newest NCCL/aws-ofi-nccl pair run on Slingshot that the site file",
-                   f"allows ({chosen.label}; nccl-ss11's VOUCHED_PAIRS, docs/design.md);",
+            # Worded as the pair's evidence is (a deployed environment is not a run).
+            why = ["The newest NCCL/aws-ofi-nccl pair vouched for Slingshot that the site",
+                   f"file allows ({chosen.label}; nccl-ss11's VOUCHED_PAIRS, docs/design.md);",
                    "`nccl:` in the site file pins another."]
         parts += [comment(*why, indent=2), Block(pins, 2)]
     parts += [

@@ -5,9 +5,10 @@
 
 A bundle, so the DAG keeps exactly one ``nccl`` node, shared with builtin
 dependents (py-torch, nccl-tests, ...).  Its versions are the NCCL releases of
-``VOUCHED_PAIRS``; each allows only the plugin releases a public source ran
-with that NCCL, or whose release notes say they were tested with it or
-support it (each entry quotes which).
+``VOUCHED_PAIRS``; each allows only the plugin releases a public source pairs
+with that NCCL (a build script, an environment deployed on Slingshot), or
+whose release notes say they were tested with it or support it (each entry
+quotes which).
 """
 
 from spack_repo.builtin.build_systems.bundle import BundlePackage
@@ -15,23 +16,29 @@ from spack_repo.builtin.build_systems.cuda import CudaPackage
 
 from spack.package import *
 
-#: (NCCL, aws-ofi-nccl, libfabric the source used, fabric it ran on, who ran
-#: it, source).  Only pairs a source vouches for; within builtin
+#: (NCCL, aws-ofi-nccl, libfabric the source used, fabric, who vouches,
+#: source, evidence).  Only pairs a source vouches for; within builtin
 #: spack-packages v2026.06.0's versions (it has no plugin after 1.19.0).
-#: "slingshot": run on Slingshot-11 by HPE, CSCS or NCAR; "efa": listed as
-#: tested in the plugin's release notes, which AWS runs on EC2 (EFA).
+#: "slingshot": paired for Slingshot-11 by HPE, CSCS or NCAR; "efa": listed
+#: as tested or supported in the plugin's release notes, which AWS runs on
+#: EC2 (EFA).  Evidence is the kind of record the source is, one of
+#: ``torchmpi.pairs.EVIDENCE``: CSCS's are environments it deploys on Alps
+#: ("deployed environment"), HPE's and NCAR's "build script"s, AWS's
+#: "release notes"; none is a "job log", the one kind that records a run,
+#: and messages and the rendered packages.yaml word each kind as it is.
 #: The one home of this table: the torchmpi tool reads this literal
 #: (torchmpi.pairs, through ast, without Spack) to refuse a pair at site
-#: validation and to pin a Slingshot-run pair on a site that names none;
-#: tests/test_pairs.py checks docs/design.md shows the same table.
+#: validation and to pin a pair vouched for Slingshot on a site that names
+#: none; tests/test_pairs.py checks docs/design.md shows the same table.
 VOUCHED_PAIRS = (
     (
         "2.29.7-1",
         "1.19.0",
         "-",
         "efa",
-        "AWS release notes",
+        "AWS",
         "aws/aws-ofi-nccl v1.19.0 RELEASENOTES.md:12 (tested with NCCL 2.29.7-1)",
+        "release notes",
     ),
     (
         "2.29.2-1",
@@ -44,6 +51,7 @@ VOUCHED_PAIRS = (
             "environments.yaml and eth-cscs/cscs-docs@fde5e5f docs/software/ml/pytorch.md "
             "(also: aws/aws-ofi-nccl v1.18.0 RELEASENOTES.md:12 supports NCCL 2.29.2-1)"
         ),
+        "deployed environment",
     ),
     (
         "2.29.2-1",
@@ -52,30 +60,34 @@ VOUCHED_PAIRS = (
         "slingshot",
         "CSCS",
         "CSCS prgenv-gnu 26.3, eth-cscs/cscs-docs@80abed1 docs/software/prgenv/prgenv-gnu.md",
+        "deployed environment",
     ),
     (
         "2.28.7-1",
         "1.19.0",
         "-",
         "efa",
-        "AWS release notes",
+        "AWS",
         "aws/aws-ofi-nccl v1.19.0 RELEASENOTES.md:12 (tested with NCCL 2.28.7-1)",
+        "release notes",
     ),
     (
         "2.28.7-1",
         "1.17.3",
         "-",
         "efa",
-        "AWS release notes",
+        "AWS",
         "aws/aws-ofi-nccl v1.17.3 RELEASENOTES.md:10 (supports NCCL 2.28.7-1)",
+        "release notes",
     ),
     (
         "2.28.7-1",
         "1.17.2",
         "-",
         "efa",
-        "AWS release notes",
+        "AWS",
         "aws/aws-ofi-nccl v1.17.2 RELEASENOTES.md:10 (supports NCCL 2.28.7-1)",
+        "release notes",
     ),
     (
         "2.27.7-1",
@@ -84,14 +96,16 @@ VOUCHED_PAIRS = (
         "slingshot",
         "HPE",
         "HPE HewlettPackard/shs-ccl-docs@438fcce nccl/build_nccl_environment.sh:12-15",
+        "build script",
     ),
     (
         "2.27.3-1",
         "1.19.0",
         "-",
         "efa",
-        "AWS release notes",
+        "AWS",
         "aws/aws-ofi-nccl v1.19.0 RELEASENOTES.md:12 (tested with NCCL 2.27.3-1)",
+        "release notes",
     ),
     (
         "2.21.5-1",
@@ -100,6 +114,7 @@ VOUCHED_PAIRS = (
         "slingshot",
         "NCAR",
         "NCAR Derecho, benkirk/derecho-pytorch-mpi@1adc9e4 utils/build_nccl-ofi-plugin.sh:19-42",
+        "build script",
     ),
 )
 
@@ -107,13 +122,13 @@ VOUCHED_PAIRS = (
 #: (ROCm release of RCCL, aws-ofi-nccl built ``--with-rocm``, libfabric the
 #: source used, fabric, who vouches, source, evidence): the pairs of RCCL and
 #: the plugin that ``py-torch-mpi +rocm fabric=slingshot`` allows.  Evidence
-#: is the kind of record the source is, one of ``torchmpi.pairs.RCCL_EVIDENCE``
-#: ("build recipe", "build steps", "build script", "job log"): only a job log
+#: is the kind of record the source is, one of ``torchmpi.pairs.EVIDENCE``
+#: (here "build recipe", "build steps", "build script"): only a "job log"
 #: records a run, and the rendered packages.yaml words each kind as it is.
-#: Its first six columns are ``VOUCHED_PAIRS``', but a table of its own: column 0 is a
+#: Its columns are ``VOUCHED_PAIRS``', but a table of its own: column 0 is a
 #: ROCm/RCCL release, not an NCCL one, and ``torchmpi.pairs`` reads
 #: ``VOUCHED_PAIRS`` row by row (``Pair(*row)``) to pin ``nccl`` on NVIDIA
-#: sites; an RCCL row there would be offered as an NCCL pin, and a seventh
+#: sites; an RCCL row there would be offered as an NCCL pin, and an eighth
 #: "vendor" column would break that reader.  OLCF's pair needs aws-ofi-nccl
 #: 1.19.2 and LUMI's 1.20.0, which builtin v2026.06.0 lacks (newest: 1.19.0):
 #: torchmpi's aws-ofi-nccl override adds both from their tags' commits.  LUMI
