@@ -86,6 +86,33 @@ def test_rccl_is_the_roc_release_with_its_vouched_plugin(name: str) -> None:
     assert "org.torchmpi.nccl" not in labels
 
 
+def _on_infiniband(data: dict) -> None:
+    """Frontier's file moved to InfiniBand: no Slingshot libfabric, no Slingshot centre
+    (data/fabrics/ib.yaml has none for AMD); the same ROCm, whose RCCL has a vouched
+    Slingshot plugin."""
+    data["fabric"] = "ib"
+    data.pop("libfabric")
+    data["runtime"].pop("centre")
+
+
+def test_an_amd_image_off_slingshot_carries_no_slingshot_plugin(tmp_path: Path) -> None:
+    """The aws-ofi-nccl plugin vouched with an RCCL is a pair for Slingshot (the cxi
+    provider): on InfiniBand RCCL uses the fabric itself, so the image pins RCCL at the
+    ROCm release and neither pins, labels nor binds the Slingshot plugin."""
+    site = sitemod.load(str(write_site(tmp_path / "sites", "frontier", _on_infiniband)))
+    assert gpuvendor.rccl_pair(str(site.rocm["version"])) is not None  # Slingshot has one
+    p = container.plan(site)
+    assert p.nccl == {"rccl": "7.1.1"} and container.PLUGIN_DIR not in p.lib_path
+    files = container.render(site)
+    packages = yaml.safe_load(files["spack.yaml"])["spack"]["packages"]
+    assert (packages.get("rccl") or packages["rccl:"])["require"] == ["@7.1.1"]
+    assert "aws-ofi-nccl" not in packages
+    labels = container.labels(site, p)
+    assert labels["org.torchmpi.rccl"] == "7.1.1" and "org.torchmpi.aws-ofi-nccl" not in labels
+    assert "aws-ofi-nccl" not in files["run.sh"] and "TORCHMPI_PLUGIN_LIB" not in files["run.sh"]
+    assert container.PLUGIN_DIR not in files["run.sh"]
+
+
 def test_rocm_libraries_the_site_takes_from_its_rocm_come_from_the_complete_image(
         tmp_path: Path) -> None:
     """A site that takes RCCL (and the like) from its ROCm as externals (LUMI: builtin

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from support.sites import write_site
 from torchmpi import site as sitemod
 from torchmpi.checks import container as container_checks
@@ -106,21 +107,38 @@ def _amd_on_ib(data: dict) -> None:
     ((data.get("runtime") or {}).get("env") or {}).clear()
 
 
-def test_an_amd_image_without_a_vouched_rccl_pair_is_refused_at_the_key(tmp_path: Path,
-                                                                         capsys) -> None:
-    """The AMD image carries RCCL with the plugin vouched for the site's ROCm; where no
-    pair exists the plan refuses at gpu.rocm.version's line (it asserted, a traceback)."""
+def test_an_amd_image_on_ib_needs_no_vouched_rccl_pair(tmp_path: Path, capsys) -> None:
+    """The RCCL/plugin pair is Slingshot's (the cxi provider; py-torch-mpi depends on
+    aws-ofi-nccl only with fabric=slingshot): an AMD image for InfiniBand carries RCCL at
+    the ROCm release and no plugin, so a ROCm no pair names is rendered, not refused."""
     path = write_site(tmp_path / "sites", "lumi", _amd_on_ib)
-    sitemod.load(str(path))  # the native environment takes it
     out = tmp_path / "out"
-    assert main(["container", str(path), "-o", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and "AssertionError" not in err, err
+    assert main(["container", str(path), "-o", str(out)]) == 0, capsys.readouterr().err
+    packages = yaml.safe_load((out / "spack.yaml").read_text())["spack"]["packages"]
+    assert (packages.get("rccl") or packages["rccl:"])["require"] == ["@7.0.2"]
+    assert "aws-ofi-nccl" not in packages
+
+
+def test_an_amd_image_without_a_vouched_rccl_pair_is_refused_at_the_key(
+        tmp_path: Path, monkeypatch) -> None:
+    """On Slingshot the AMD image carries RCCL with the plugin vouched for the site's
+    ROCm; the loader refuses a ROCm without one first, and should that rule ever let one
+    through, the plan refuses at gpu.rocm.version's line (it asserted, a traceback)."""
+    import importlib
+
+    from torchmpi.errors import UserError
+
+    planmod = importlib.import_module("torchmpi.container.plan")  # the module, not plan()
+    path = write_site(tmp_path / "sites", "lumi")
+    site = sitemod.load(str(path))
+    monkeypatch.setattr(planmod.gpuvendor, "rccl_pair", lambda rocm: None)
+    with pytest.raises(UserError) as err:
+        planmod.plan(site)
     _, lines, _ = parse(path)
     line, column = lines[("gpu", "rocm", "version")]
-    assert f"{path}:{line}:{column}: gpu.rocm.version: ROCm 7.0.2" in err, err
-    assert "allowed:" in err and "7.0.3" in err, err
-    assert not out.exists()
+    text = str(err.value)
+    assert f"{path}:{line}:{column}: gpu.rocm.version: ROCm 7.0.3" in text, text
+    assert "allowed:" in text, text
 
 
 def test_a_cray_root_the_checks_missed_is_still_a_refusal(tmp_path: Path,

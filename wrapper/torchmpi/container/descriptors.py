@@ -221,22 +221,24 @@ MODULE_RUNTIME_WORDS = {"apptainer": ("apptainer", "APPTAINERENV_", "--rocm "),
 
 def apptainer_modules_sh(site: Site, p: Plan) -> str:
     """Apptainer (or singularity) with the host's stack bound by the centre's modules (AMD
-    sites): the wrapper checks they are loaded, adds the site's native aws-ofi-nccl in
-    front of the library path the modules set (``APPTAINERENV_LD_LIBRARY_PATH``, as OLCF's
-    PyTorch example does: olcf/olcf_containers_examples@032b962
+    sites): the wrapper checks they are loaded, adds (on Slingshot) the site's native
+    aws-ofi-nccl in front of the library path the modules set
+    (``APPTAINERENV_LD_LIBRARY_PATH``, as OLCF's PyTorch example does:
+    olcf/olcf_containers_examples@032b962
     frontier/sample_apps/pytorch/olcfbaseimage/submit.sbatch:19) and passes the centre's
     GPU flags (:data:`MODULE_RUNTIME_WORDS`)."""
     command, prefix, gpu = MODULE_RUNTIME_WORDS[p.runtime]
     ld = f"{prefix}LD_LIBRARY_PATH"
     mods = " ".join(p.modules)
+    plugin = PLUGIN_DIR in p.lib_path  # Slingshot's: none off it (plan._amd)
     what = [(f"{command.capitalize()} wrapper for '{site.name}' (the centre's binding"
              " modules): the host's"),
             "Cray MPICH, libfabric and GPU libraries replace the image's. In the job script,",
             "before srun: " + (f"module use {p.modulepath}; " if p.modulepath else "")
             + f"module load {mods}",
             "(only to run, not to build: OLCF's break `apptainer build`, its container docs).",
-            (f"TORCHMPI_PLUGIN_LIB: lib dir of the site's aws-ofi-nccl {p.nccl.get('plugin')}"
-             f" (RCCL {p.nccl.get('rccl')})."),
+            *([(f"TORCHMPI_PLUGIN_LIB: lib dir of the site's aws-ofi-nccl {p.nccl['plugin']}"
+                f" (RCCL {p.nccl.get('rccl')}).")] if plugin else []),
             "MPICH_GPU_SUPPORT_ENABLED=0: the image's torch passes host tensors to MPI,",
             "device tensors go through RCCL (docs/containers.md).",
             f"Launch: {p.launch}",
@@ -244,10 +246,11 @@ def apptainer_modules_sh(site: Site, p: Plan) -> str:
             "TORCHMPI_CONTAINER_INJECT=0 (and the modules not loaded): the image's own stack."]
     body = ['inject=()', 'if [ "${TORCHMPI_CONTAINER_INJECT:-1}" != 0 ]; then',
             *_module_check(p.modules),
-            '  if [ -n "${TORCHMPI_PLUGIN_LIB:-}" ]; then',
-            f'    inject+=(--bind "$TORCHMPI_PLUGIN_LIB:{PLUGIN_DIR}:ro")',
-            f'    export {ld}="{PLUGIN_DIR}${{{ld}:+:${ld}}}"',
-            '  fi', 'fi']
+            *(['  if [ -n "${TORCHMPI_PLUGIN_LIB:-}" ]; then',
+               f'    inject+=(--bind "$TORCHMPI_PLUGIN_LIB:{PLUGIN_DIR}:ro")',
+               f'    export {ld}="{PLUGIN_DIR}${{{ld}:+:${ld}}}"',
+               '  fi'] if plugin else []),
+            'fi']
     body.append(f'exec {command} exec {gpu}"${{inject[@]}}" '
                 + " ".join(_env_args(site, "--env", command, p.env, p.override))
                 + _command(site))

@@ -309,16 +309,20 @@ AMD_OVERRIDE = {"MPICH_GPU_SUPPORT_ENABLED": "0"}
 
 
 def _amd(site: Site) -> Plan:
-    """An AMD image: ROCm's base image of the site's release, RCCL as that release with the
-    plugin vouched with it (the site's native plugin, bound at run time), Cray MPICH's ABI
-    stand-in (OLCF: "MPICH 3.4.2 is required ... ABI compatible with the cray-mpich-abi
-    module", olcf/olcf-user-docs@f0571fe software/containers_on_frontier.rst:44; OLCF's
-    own CPE base images carry mpich@3.4.3, the same file :190-271), and the host's stack
-    bound by the centre's modules (``container.modules``)."""
+    """An AMD image: ROCm's base image of the site's release, RCCL as that release (on
+    Slingshot with the plugin vouched with it, the site's native plugin bound at run time),
+    Cray MPICH's ABI stand-in (OLCF: "MPICH 3.4.2 is required ... ABI compatible with the
+    cray-mpich-abi module", olcf/olcf-user-docs@f0571fe
+    software/containers_on_frontier.rst:44; OLCF's own CPE base images carry mpich@3.4.3,
+    the same file :190-271), and the host's stack bound by the centre's modules
+    (``container.modules``).  The plugin is a Slingshot pair (libfabric's cxi provider,
+    ``VOUCHED_RCCL_PAIRS``), so an image for another fabric carries none, as the native
+    environment of that fabric pins none (:func:`torchmpi.spackenv.packages_yaml`)."""
     box = site.data["container"]
     rocm = str(site.rocm["version"]) if site.rocm else ""
-    pair = gpuvendor.rccl_pair(rocm)
-    if pair is None:
+    slingshot = site.data["fabric"] == "slingshot"
+    pair = gpuvendor.rccl_pair(rocm) if slingshot else None
+    if slingshot and pair is None:
         # Asked at load of a Slingshot site only (gpuvendor): the native environment of
         # another fabric needs no plugin, but this image carries RCCL with one.
         listed = ", ".join(f"{r} (aws-ofi-nccl {p}, {who})"
@@ -329,8 +333,9 @@ def _amd(site: Site) -> Plan:
             f" {rocm}; allowed: {listed or 'none recorded'} (VOUCHED_RCCL_PAIRS,"
             " docs/design.md)"))], _REFUSED)
     return Plan(runtime=box["runtime"], target=generic_target(site), os=box["os"],
-                mpi=f"{CRAY_STANDIN} ~cuda", nccl={"rccl": pair[0], "plugin": pair[1]},
-                lib_path=[PLUGIN_DIR], modules=[str(m) for m in box["modules"]],
+                mpi=f"{CRAY_STANDIN} ~cuda",
+                nccl={"rccl": rocm, **({"plugin": pair[1]} if pair else {})},
+                lib_path=[PLUGIN_DIR] if pair else [], modules=[str(m) for m in box["modules"]],
                 modulepath=str(box.get("modulepath") or ""),
                 override=dict(AMD_OVERRIDE), device_buffers=False,
                 launch="srun -n N ./run.sh python train.py")
