@@ -338,3 +338,13 @@ def test_an_unknown_nccl_evidence_kind_is_a_user_error(tmp_path, monkeypatch, fr
     text = str(err.value)
     assert "nccl_ss11/package.py" in text and "2.21.5-1" in text and found in text, text
     assert "allowed: " + ", ".join(pairs.EVIDENCE) in text, text
+
+
+def test_both_tables_know_the_same_kinds_of_evidence() -> None:
+    """One notion of evidence for NVIDIA and AMD pairs: the RCCL comment's wording and
+    the label's cover the same kinds, and only a job log's says the pair ran."""
+    assert list(pairs.RCCL_EVIDENCE) == list(pairs.EVIDENCE)
+    for kind in pairs.EVIDENCE:
+        ran = kind == "job log"
+        assert ("ran " in pairs.RCCL_EVIDENCE[kind]) == ran, kind
+        assert pairs.EVIDENCE[kind].startswith("run ") == ran, kind
