@@ -212,7 +212,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "return algbw * 2 * (world_size - 1) / world_size",
            "return algbw * (world_size - 1) / world_size"),
     # --- modules, pairs, torch releases, site rules ---------------------------------
-    # An unpinned or NCCL-only Slingshot site gets a pair run on Slingshot, the newest one.
+    # An unpinned or NCCL-only Slingshot site gets a pair vouched for Slingshot, the newest one.
     Mutant("modules/pairs/torches", "wrapper/torchmpi/pairs.py",
            'if plugin is not None or pair.fabric == "slingshot":',
            'if version is not None or pair.fabric == "slingshot":'),

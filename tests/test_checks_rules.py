@@ -772,19 +772,22 @@ def test_a_plugin_nobody_vouched_for_lists_no_nccls() -> None:
 
 
 def test_the_pair_suggested_for_a_sites_libfabric_carries_its_own_label() -> None:
-    """Perlmutter's libfabric 1.20 against a pair run with 2.4.0: the note names a pair
-    run with a 1.x libfabric, and the label beside it is that pair's."""
+    """Perlmutter's libfabric 1.20 against a pair vouched with 2.4.0: the note names a
+    pair vouched with a 1.x libfabric, and the label beside it is that pair's.  "Vouched",
+    not "run": a pair's evidence is a job log for none of the rows (pairs.EVIDENCE)."""
     from torchmpi import pairs
     from torchmpi.checks import network
 
     # As render asks: the loaded site, the schema's defaults (gpu.vendor) filled in.
-    notes = [n for n in network.notes(sitemod.load("perlmutter").data) if "a pair run with" in n]
+    notes = [n for n in network.notes(sitemod.load("perlmutter").data)
+             if "a pair vouched with" in n]
     assert len(notes) == 1, notes
     found = re.search(r"nccl: \{version: (\S+), plugin: (\S+)\} \(([^)]*)\)", notes[0])
     assert found, notes[0]
     pair = next(p for p in pairs.vouched()
                 if (p.nccl, p.plugin) == (found.group(1), found.group(2)))
     assert pair.libfabric.startswith("1.") and found.group(3) == pair.label
+    assert " run " not in notes[0].replace(found.group(3), ""), notes[0]
 
 
 def test_a_release_after_one_without_cuda_aware_mpi_is_still_checked() -> None:

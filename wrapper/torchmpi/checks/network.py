@@ -5,7 +5,7 @@
 * an ``nccl`` pin on a site without GPUs, or its aws-ofi-nccl plugin off Slingshot;
 * a Slingshot pin that is no vouched NCCL/aws-ofi-nccl pair (:mod:`torchmpi.pairs`);
 * :func:`notes`: what render tells the admin about a libfabric whose major
-  version no vouched pair was run with (a note, not a refusal).
+  version no vouched pair names (a note, not a refusal).
 """
 
 from __future__ import annotations
@@ -70,9 +70,9 @@ def notes(data: dict[str, Any]) -> list[str]:
     """What to tell the admin at render about a file that loads, one line each.
 
     A Slingshot site whose libfabric's major version differs from the one the
-    chosen NCCL/aws-ofi-nccl pair was run with (libfabric 1.15 against a pair
-    CSCS ran with 2.4.0): nothing vouches for that combination, and a pair run
-    with the site's major is named where there is one.  A note, not an error:
+    chosen NCCL/aws-ofi-nccl pair is vouched with (libfabric 1.15 against a pair
+    CSCS deployed with 2.4.0): nothing vouches for that combination, and a pair
+    vouched with the site's major is named where there is one.  A note, not an error:
     the pair may well work (the plugin's libfabric ABI is stable), but no
     source says so.  Only where the table serves the site's GPUs (:data:`pairs.VENDOR`):
     a site whose collectives are another vendor's gets none of its pairs.
@@ -93,9 +93,9 @@ def notes(data: dict[str, Any]) -> list[str]:
     same = sorted((p for p in pairs.vouched() if p.fabric == "slingshot"
                    and p.libfabric.split(".")[0] == have),  # the site's minor first
                   key=lambda p: ".".join(p.libfabric.split(".")[:2]) != minor)
-    hint = (f"; a pair run with libfabric {have}.x: nccl: {{version: {same[0].nccl}, plugin:"
+    hint = (f"; a pair vouched with libfabric {have}.x: nccl: {{version: {same[0].nccl}, plugin:"
             f" {same[0].plugin}}} ({same[0].label})"
-            if same else f"; no vouched pair was run with libfabric {have}.x")
+            if same else f"; no vouched pair names libfabric {have}.x")
     return [(f"libfabric {release}: NCCL {chosen.nccl} with"
              f" aws-ofi-nccl {chosen.plugin} was {chosen.label}"
              f", and no source vouches for it with libfabric"
