@@ -161,3 +161,29 @@ def test_a_cray_root_the_checks_missed_is_still_a_refusal(tmp_path: Path,
     line, column = site.lines[("mpi", "prefix")]
     assert f"{path}:{line}:{column}: mpi.prefix: " in str(err.value), err.value
     assert "is not below /opt/cray" in str(err.value) and "allowed:" in str(err.value)
+
+
+def _amd_with_open_mpi(data: dict) -> None:
+    """LUMI-G's file on InfiniBand with the system's Open MPI, not Cray MPICH."""
+    _amd_on_ib(data)
+    data["mpi"] = {"kind": "openmpi", "version": "5.0.5", "prefix": "/usr",
+                   "cuda_aware": False}
+
+
+def test_an_amd_image_is_refused_for_a_site_whose_mpi_is_not_cray_mpich(
+        tmp_path: Path, capsys) -> None:
+    """The AMD image is built around Cray MPICH: MPICH 3.4.3 stands in for its ABI and
+    the centre's binding modules put the host's Cray MPICH in (OLCF, LUMI).  A site
+    whose MPI is another would get that stand-in and the Cray modules all the same, and
+    its own MPI would never reach the container; so the request is refused at mpi.kind,
+    before anything is written, naming what is allowed."""
+    path = write_site(tmp_path / "sites", "lumi", _amd_with_open_mpi)
+    sitemod.load(str(path))  # every other verb loads it
+    out = tmp_path / "out"
+    assert main(["container", str(path), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    _, lines, _ = parse(path)
+    line, column = lines[("mpi", "kind")]
+    assert f"{path}:{line}:{column}: mpi.kind: " in err, err
+    assert "Traceback" not in err and "allowed: cray-mpich" in err, err
+    assert not out.exists()

@@ -296,6 +296,16 @@ def _amd(data: dict[str, Any], rt: str) -> list[Problem]:
             " singularity with their own binding modules (OLCF, LUMI: docs/containers.md);"
             f" allowed: {', '.join(AMD_RUNTIMES)} with container.modules"))]
     out: list[Problem] = []
+    kind = data["mpi"]["kind"]
+    if kind != "cray-mpich":
+        # The image's MPI is Cray MPICH's ABI stand-in and the centre's modules bind the
+        # host's Cray MPICH (OLCF's containers page, LUMI's bindings): another MPI would
+        # get both and never reach the container itself.
+        out.append((("mpi", "kind"), (
+            f"{kind}: the AMD image stands in for Cray MPICH's ABI (MPICH 3.4.3) and binds"
+            " the host's Cray MPICH through the centre's modules (OLCF, LUMI:"
+            " docs/containers.md); no AMD image with another MPI is built here; allowed:"
+            " cray-mpich (or the native environment: torchmpi render)")))
     if not box.get("modules"):
         out.append((("container", "runtime"), (
             "apptainer on an AMD site binds the host's Cray MPICH, libfabric and GPU"
