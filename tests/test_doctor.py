@@ -18,7 +18,7 @@ from support.host_tools import path_without
 from support.mpi_launch import TORCHMPI, job_env
 from torchmpi import doctor
 from torchmpi.doctor import container, gpu, mpi, nccl, network, origin, probe, site_env
-from torchmpi.doctor.core import CommandResult, job_nodes
+from torchmpi.doctor.core import CommandResult, job_nodes, run_command, version_tuple
 from torchmpi.doctor.probe import OK_MARK
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,6 +107,59 @@ def test_every_check_name_is_in_troubleshooting():
     text = (ROOT / "docs" / "troubleshooting.md").read_text()
     for check in doctor.run_checks(cray_inputs()):
         assert f"`{check.name}`" in text or f" {check.name} " in text, check.name
+
+
+def test_the_table_aligns_names_shows_fixes_of_failures_and_counts_each_status():
+    """One line a check, the fix under a FAIL or WARN only, and a count of each status."""
+    checks = [doctor.Check("torch", "PASS", "torch 2.11.0", "not shown"),
+              doctor.Check("site.env", "WARN", "one differs", "source runtime.sh"),
+              doctor.Check("gpu", "FAIL", "no GPU", "ask for one"),
+              doctor.Check("uenv", "SKIP", "no uenv", "not shown either"),
+              doctor.Check("backend.mpi", "PASS", "available")]
+    assert doctor.format_table(checks).splitlines() == [
+        "PASS  torch        torch 2.11.0",
+        "WARN  site.env     one differs",
+        "                   fix: source runtime.sh",
+        "FAIL  gpu          no GPU",
+        "                   fix: ask for one",
+        "SKIP  uenv         no uenv",
+        "PASS  backend.mpi  available",
+        "2 PASS, 1 WARN, 1 FAIL, 1 SKIP",
+    ]
+
+
+def test_the_json_report_is_every_check_and_ok_indented_by_two():
+    """``--json``: ``ok`` (no FAIL) and each check's four fields, two spaces an indent
+    level, as the other verbs' JSON."""
+    checks = [doctor.Check("gpu", "FAIL", "no GPU", "ask for one"),
+              doctor.Check("uenv", "WARN", "no uenv")]
+    assert doctor.to_json(checks).splitlines()[:9] == [
+        "{", '  "ok": false,', '  "checks": [', "    {", '      "name": "gpu",',
+        '      "status": "FAIL",', '      "detail": "no GPU",', '      "fix": "ask for one"',
+        "    },"]
+    assert json.loads(doctor.to_json(checks[1:])) == {
+        "ok": True, "checks": [{"name": "uenv", "status": "WARN", "detail": "no uenv",
+                                "fix": ""}]}
+
+
+@pytest.mark.parametrize(("text", "version"), [
+    ("1.19.0", (1, 19, 0)),
+    ("v1.13.0-aws", (1, 13, 0)),  # an aws-ofi-nccl tag
+    ("2.27.7-1", (2, 27, 7)),  # NCCL's release-build: the build number is no part
+    ("2.28.9rc1", (2, 28)),  # digits only: the first piece that is not stops it
+    ("abc", None), ("", None), (None, None),
+])
+def test_version_strings_are_read_up_to_the_first_dash(text, version):
+    assert version_tuple(text) == version
+
+
+def test_a_command_that_hangs_is_cut_at_its_timeout_with_what_it_printed():
+    """The runner never raises: a hung tool is a result (status 124, as timeout(1) exits)
+    with its output so far and the limit, and a missing one is None."""
+    result = run_command(["sh", "-c", "echo partial; exec sleep 60"], timeout=2)
+    assert result is not None and result.returncode == 124
+    assert result.stdout == "partial\n\n(timed out after 2 s)"
+    assert run_command(["torchmpi-no-such-program"]) is None
 
 
 @pytest.mark.parametrize(("env", "nodes"), [

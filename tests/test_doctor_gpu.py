@@ -215,6 +215,26 @@ def test_gpu_node_probes_gloo_and_nccl_with_cuda_tensors():
     assert probe.probe_device(CPU_MPI_TORCH, None) == "cpu"
 
 
+def test_cuda_through_nccl_by_design_leaves_out_only_the_cuda_probe_over_mpi():
+    """Where the design routes CUDA tensors through NCCL (CSCS), the CUDA-over-MPI probe
+    is not started and SKIPs with the design's reason; the NCCL probe, which is then
+    the GPU path, and the others still run and are judged."""
+    design = probe.cuda_over_mpi_off({}, {"mpi": {"cuda_aware": False}}, "cray-mpich")
+    assert design
+    started: list[tuple[str, str]] = []
+
+    def runner(argv, **_kwargs):
+        backend, device = argv[-2:]
+        started.append((backend, device))
+        return CommandResult(0, f"{probe.OK_MARK} {backend} {device} world=1\n")
+
+    results = probe.run_all(GOOD_TORCH, runner, {}, design)
+    assert started == [("mpi", "cpu"), ("nccl", "cuda"), ("gloo", "cuda")]
+    checks = {c.name: c for c in probe.probe_checks(GOOD_TORCH, results, design)}
+    assert checks["probe.mpi_cuda"].status == SKIP and checks["probe.mpi_cuda"].detail == design
+    assert [checks[n].status for n in ("probe.mpi", "probe.nccl", "probe.gloo")] == [PASS] * 3
+
+
 def test_probe_tensor_is_on_the_device_it_was_asked_for():
     """The real probe child with a device that is not the CPU and exists without a GPU
     (torch's "meta": shapes, no data).  Its tensor must be made there, so reading the
