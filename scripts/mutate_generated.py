@@ -123,6 +123,20 @@ EQUIVALENT: dict[str, str] = {
     "| None = None -> def run_command(argv: list, timeout: float = 121, env: Mapping[str, str] "
     "| None = None":
         "a limit for tools that answer in seconds; only a two-minute hang tells them apart",
+    'doctor/site_env.py: fields = entry.rsplit(":", parts - 1) if entry else [] -> '
+    'fields = entry.rsplit(":", parts ** 1) if entry else []':
+        "uenv's parser admits no ':' in a path (eth-cscs/uenv src/uenv/parse.cpp "
+        "is_path_tok), so no entry has more than parts - 1 colons",
+    'doctor/site_env.py: fields = entry.rsplit(":", parts - 1) if entry else [] -> '
+    'fields = entry.rsplit(":", parts | 1) if entry else []':
+        "uenv's parser admits no ':' in a path (eth-cscs/uenv src/uenv/parse.cpp "
+        "is_path_tok), so no entry has more than parts - 1 colons",
+    "doctor/site_env.py: if len(fields) == parts: -> if len(fields) is parts:":
+        "CPython keeps one object for each small int, so 2 is 2 and 3 is 3",
+    "doctor/probe.py: return [line.split(MAP_MARK, 1)[1].strip() for line in "
+    "result.stdout.splitlines() -> return [line.split(MAP_MARK, 2)[1].strip() for line in "
+    "result.stdout.splitlines()":
+        "differs only for a library path that contains the mark itself",
 }
 
 #: pytest exit statuses: 0 passed, 1 a test failed, 2 interrupted (a collection
