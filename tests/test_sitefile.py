@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from torchmpi import paths, sitefile
 from torchmpi import site as sitemod
-from torchmpi import sitefile
 from torchmpi.errors import UserError
 
 
@@ -90,7 +90,9 @@ def test_deep_flow_nesting_is_refused_at_the_bracket_past_the_limit(tmp_path: Pa
     # the top-level mapping is level 1, so the depth-th bracket is the first one past it
     column = len("x: ") + (depth - 1) * len(opening) + 1
     assert message.startswith(f"site.yaml:2:{column}: nested too deeply to be a site file"
-                              f" (more than {depth} levels"), message
+                              f" (more than {depth} indentation levels and open brackets"
+                              " together);"
+                              f" allowed: at most {depth}"), message
 
 
 def test_deep_block_nesting_is_refused_at_the_entry_past_the_limit(tmp_path: Path) -> None:
@@ -102,7 +104,9 @@ def test_deep_block_nesting_is_refused_at_the_entry_past_the_limit(tmp_path: Pat
     message = _refused(tmp_path, b"name: x\nx:\n" + b"- " * 3000 + b"1\n")
     column = 2 * depth + 1
     assert message.startswith(f"site.yaml:3:{column}: nested too deeply to be a site file"
-                              f" (more than {depth} levels"), message
+                              f" (more than {depth} indentation levels and open brackets"
+                              " together);"
+                              f" allowed: at most {depth}"), message
 
 
 def test_nesting_up_to_the_limit_is_read(tmp_path: Path) -> None:
@@ -124,3 +128,24 @@ def test_nesting_up_to_the_limit_is_read(tmp_path: Path) -> None:
     for _ in range(brackets - 1):
         value = value[0]
     assert value == [1]
+
+
+def test_the_shipped_sites_nest_well_inside_the_limit(monkeypatch) -> None:
+    """MAX_DEPTH's comment: the shipped files stay within 8 scanner levels, a quarter of
+    the limit, so no real site file comes near it."""
+    monkeypatch.setattr(sitefile, "MAX_DEPTH", 8)
+    shipped = sorted((paths.root() / "sites").glob("*.yaml"))
+    assert len(shipped) >= 9
+    for path in shipped:
+        sitefile.parse(path)
+
+
+def test_a_deep_block_mapping_is_refused_at_the_key_past_the_limit(tmp_path: Path) -> None:
+    """Keys k0, k1, ... each one column further in: the key past MAX_DEPTH is refused at
+    its own line and column (the top-level mapping is level 1)."""
+    depth = sitefile.MAX_DEPTH
+    block = "".join(f"{' ' * i}k{i}:\n" for i in range(depth + 5)) + " " * (depth + 5) + "1\n"
+    message = _refused(tmp_path, f"name: x\n{block}".encode())
+    # k0 sits beside `name` (level 1), so k<depth>, on line depth + 2 in column depth + 1,
+    # is the first key past the limit
+    assert message.startswith(f"site.yaml:{depth + 2}:{depth + 1}: nested too deeply"), message

@@ -26,11 +26,15 @@ from torchmpi.errors import UserError
 #: parsing it whole would take minutes and gigabytes before any message.
 MAX_BYTES = 256 * 1024
 
-#: Deepest nesting of mappings and lists read (block and flow levels together).
-#: The shipped files nest 7 levels at most; a file thousands deep is garbage,
-#: and ruamel.yaml would spend seconds on it (its scanner's simple-key check
-#: costs time linear in the flow depth, per token) before Python's recursion
-#: limit stopped its parser.
+#: Deepest nesting read, counted as ruamel.yaml's scanner sees it: indentation
+#: levels and open brackets together.  That is not the data's depth (a list
+#: written at its key's own indentation, or a one-pair mapping inside brackets,
+#: adds no step), so a file may nest up to about twice this many collections;
+#: what the limit bounds is the scanner's work.  The shipped files stay within 8
+#: (tests/test_sitefile.py); a file thousands deep is garbage, and ruamel.yaml
+#: would spend seconds on it (its scanner's simple-key check costs time linear
+#: in the flow depth, per token) before Python's recursion limit stopped its
+#: parser.
 MAX_DEPTH = 32
 
 
@@ -212,8 +216,8 @@ def parse(path: Path) -> tuple[dict[str, Any], dict, bytes]:
     except _TooDeep as err:
         line, column = err.args
         raise UserError(f"{_at(path, line, column)}: nested too deeply to be a site file"
-                        f" (more than {MAX_DEPTH} levels of mappings and lists; the shipped"
-                        " ones have at most 7)") from None
+                        f" (more than {MAX_DEPTH} indentation levels and open brackets"
+                        f" together); allowed: at most {MAX_DEPTH}") from None
     except RecursionError:  # a guard only: MAX_DEPTH stops the scanner long before
         raise UserError(f"{path}: nested too deeply to be a site file") from None
     if not isinstance(data, dict):
