@@ -1188,9 +1188,9 @@ def test_every_vouched_rccl_pair_is_admitted(rocm_facts: dict) -> None:
 
 
 def test_unvouched_rccl_pair_is_refused_with_the_allowed_pairs(rocm_facts: dict) -> None:
-    """A plugin no source ran with that ROCm (1.18.0 with 6.4.0), and two
+    """A plugin no source pairs with that ROCm (1.18.0 with 6.4.0), and two
     vouched releases crossed (OLCF's ROCm with HPE's plugin), are refused by
-    the requirement's own message, which names the pairs and who ran them;
+    the requirement's own message, which names the pairs and who vouches for them;
     off Slingshot no pair is asked for."""
     for key in ("unvouched", "crossed"):
         message = " ".join(rocm_facts[key])
@@ -1207,7 +1207,8 @@ def test_rocm_refusals_name_the_fix(rocm_facts: dict) -> None:
 
 def test_vouched_rccl_pairs_are_labelled_and_cited() -> None:
     """Each row: the ROCm/RCCL release, a plugin release, the libfabric, where
-    it ran, who ran it and a source at a commit; HPE's, OLCF's and LUMI's builds present."""
+    it is for, who vouches, a source at a commit and the kind of record that source is;
+    HPE's, OLCF's and LUMI's builds present."""
     pairs = vouched_rccl_pairs()
     assert {(r, p, who) for r, p, _, _, who, *_ in pairs} >= {
         ("6.4.0", "1.19.0", "HPE"), ("7.1.1", "1.19.2", "OLCF"), ("7.0.3", "1.20.0", "LUMI")}

@@ -1,7 +1,7 @@
 # Rendered by torchmpi 0.1.0 from sites/delta.yaml; do not edit by hand:
 # change the site file and run `torchmpi render delta` (docs/sites.md).
 # spack v1.1.0, builtin spack-packages v2026.06.0
-# site-sha256: 1e7e7e670b13c7601b8e14e51b2e3c70a7e1742a476f8508dc77428ce6d4bf92
+# site-sha256: a8e47c1757bdf8c5b3e39518e3c909e5968cd6a53467e89ab589848b2faea88e
 # body-sha256: ad7edbaaaa7063ba62da239d3119d2339367105ac981365b26b932cde1d0e74e
 # Runtime variables for jobs on 'delta' (launcher: slurm, fabric: slingshot).
 # Source this file in the job script; it changes nothing at build time.

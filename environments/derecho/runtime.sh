@@ -1,7 +1,7 @@
 # Rendered by torchmpi 0.1.0 from sites/derecho.yaml; do not edit by hand:
 # change the site file and run `torchmpi render derecho` (docs/sites.md).
 # spack v1.1.0, builtin spack-packages v2026.06.0
-# site-sha256: f9672daad882c799df581e4b5d34b28851f74fb4ce8f170398daccb19b7b91bd
+# site-sha256: dd2583faf34147299ca670c1244a67b16abe1bbe39498d12ad601ae7c4cf2a8b
 # body-sha256: b5fae8459a3db55c111d1584be024d9b07ff50f883512c0cb1fc4d212b0a1902
 # Runtime variables for jobs on 'derecho' (launcher: pbs, fabric: slingshot).
 # Source this file in the job script; it changes nothing at build time.

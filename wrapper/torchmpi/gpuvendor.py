@@ -147,7 +147,7 @@ def torch_rocm_problem(torch: str, rocm: str) -> str | None:
 
 @cache
 def vouched_rocm() -> tuple[tuple[str, str, str], ...]:
-    """(ROCm/RCCL, plugin, who ran it) of ``VOUCHED_RCCL_PAIRS`` (nccl_ss11/package.py)."""
+    """(ROCm/RCCL, plugin, who vouches) of ``VOUCHED_RCCL_PAIRS`` (nccl_ss11/package.py)."""
     try:
         rows = paths.package_constant("nccl_ss11", "VOUCHED_RCCL_PAIRS")
     except (OSError, LookupError):
@@ -156,7 +156,7 @@ def vouched_rocm() -> tuple[tuple[str, str, str], ...]:
 
 
 def rccl_pair(rocm: str) -> tuple[str, str, str] | None:
-    """(ROCm/RCCL, plugin, who ran it) of the vouched pair for this ROCm, or None."""
+    """(ROCm/RCCL, plugin, who vouches) of the vouched pair for this ROCm, or None."""
     return next((p for p in vouched_rocm() if p[0] == rocm), None)
 
 

@@ -112,7 +112,7 @@ class PyTorchMpi(BundlePackage, CudaPackage, ROCmPackage):
                 depends_on(f"rccl amdgpu_target={_target}")
         # RCCL reaches Slingshot-11 only through the aws-ofi-nccl plugin built
         # --with-rocm (librccl-net.so), and only at the pairs of
-        # VOUCHED_RCCL_PAIRS (nccl_ss11/package.py: who ran each, where).
+        # VOUCHED_RCCL_PAIRS (nccl_ss11/package.py: who vouches for each, by what record).
         with when("fabric=slingshot"):
             depends_on("rccl", type=("link", "run"))
             depends_on("aws-ofi-nccl +rocm ~cuda +cxi", type=("link", "run"))
