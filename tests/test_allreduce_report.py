@@ -125,22 +125,27 @@ def test_a_writable_file_in_a_sealed_folder_may_be_rewritten(sealed_folder):
         report.check_writable(sealed_folder / "new.csv")
 
 
-def test_a_csv_in_a_folder_one_may_not_search_is_refused_without_a_traceback(tmp_path):
+@pytest.mark.parametrize("below", [(), ("sub",)], ids=["in-it", "further-down"])
+def test_a_csv_in_a_folder_one_may_not_search_is_refused_without_a_traceback(tmp_path,
+                                                                             below):
     """``--csv`` in a folder whose search (x) bit is off: Python 3.11's ``Path.is_dir``
-    raises PermissionError there, which must become a refusal naming the folder (exit 2,
-    no traceback) before any rank starts.  Root passes every access check by its
+    raises PermissionError there, which must become a refusal naming that folder (exit 2,
+    no traceback) before any rank starts -- the folder whose bit is off, also when the
+    file would sit further down.  Root passes every access check by its
     capabilities, so as root the verb runs without them (setpriv's empty bounding set)."""
     import sys
 
     folder = tmp_path / "no-search"
-    folder.mkdir(mode=0o600)
+    folder.mkdir()
+    (folder / "sub").mkdir()
+    folder.chmod(0o600)
     prefix: list[str] = []
     if os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
         if setpriv is None:
             pytest.skip("running as root without setpriv (util-linux) to drop capabilities")
         prefix = [setpriv, "--bounding-set", "-all", "--inh-caps", "-all"]
-    target = folder / "out.csv"
+    target = folder.joinpath(*below, "out.csv")
     try:
         proc = subprocess.run([*prefix, sys.executable, "-m", "torchmpi", "allreduce",
                                "--backend", "gloo", "--csv", str(target)],
@@ -149,5 +154,5 @@ def test_a_csv_in_a_folder_one_may_not_search_is_refused_without_a_traceback(tmp
         folder.chmod(0o700)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
-    assert f"--csv {target}: cannot search folder {folder}" in proc.stderr, proc.stderr
+    assert f"--csv {target}: cannot search folder {folder} (" in proc.stderr, proc.stderr
     assert not target.exists()

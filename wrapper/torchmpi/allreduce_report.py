@@ -133,7 +133,11 @@ def check_writable(path: Path) -> None:
     except (FileNotFoundError, NotADirectoryError):  # the folder decides, below
         mode = None
     except PermissionError:
-        raise ValueError(f"{path}: cannot search folder {parent} (permission denied:"
+        # The folder to name is the first on the way whose search bit is off for this
+        # user, which need not be the file's own.
+        blocked = next((a for a in reversed(path.absolute().parents)
+                        if not os.access(a, os.X_OK)), parent)
+        raise ValueError(f"{path}: cannot search folder {blocked} (permission denied:"
                          " its x bit is off for this user)") from None
     except OSError as err:  # a symlink loop, a name too long
         raise ValueError(f"{path}: {err.strerror}") from None
