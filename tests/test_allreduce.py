@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from support.mpi_launch import TORCHMPI, WRONG_ALLREDUCE, job_env, mpirun, torchrun
+from support.privileges import without_root_capabilities
 from torchmpi import allreduce as ar
 from torchmpi.allreduce import (
     CUDA_REJECTED_HINT,
@@ -205,12 +204,7 @@ def test_readonly_csv_is_refused_before_the_run(tmp_path):
     target = tmp_path / "ar.csv"
     target.write_text("keep me\n")
     target.chmod(0o444)
-    prefix: list[str] = []
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("running as root without setpriv (util-linux) to drop capabilities")
-        prefix = [setpriv, "--bounding-set", "-all", "--inh-caps", "-all"]
+    prefix = without_root_capabilities()
     proc = subprocess.run([*prefix, TORCHMPI, "allreduce", "--sizes", "8", "--csv",
                            str(target)], env=job_env(), capture_output=True, text=True,
                           timeout=120, check=False)

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 
 import pytest
+from support.privileges import without_root_capabilities
 from torchmpi import allreduce as ar
 from torchmpi import allreduce_report as report
 
@@ -139,12 +140,7 @@ def test_a_csv_in_a_folder_one_may_not_search_is_refused_without_a_traceback(tmp
     folder.mkdir()
     (folder / "sub").mkdir()
     folder.chmod(0o600)
-    prefix: list[str] = []
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("running as root without setpriv (util-linux) to drop capabilities")
-        prefix = [setpriv, "--bounding-set", "-all", "--inh-caps", "-all"]
+    prefix = without_root_capabilities()
     target = folder.joinpath(*below, "out.csv")
     try:
         proc = subprocess.run([*prefix, sys.executable, "-m", "torchmpi", "allreduce",

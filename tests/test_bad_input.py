@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.privileges import without_root_capabilities
 from torchmpi import site as sitemod
 from torchmpi.cli import main
 
@@ -415,16 +416,9 @@ def test_an_output_directory_one_may_write_but_not_search_is_refused(tmp_path: P
     """Mode 0600: writing a file in it needs the search (x) bit too.  Root passes every
     access check by its capabilities, so as root the verb runs without them
     (setpriv's empty bounding set: uid 0 then is an owner like any other)."""
-    import shutil
-
     out = tmp_path / "no-search"
     out.mkdir(mode=0o600)
-    prefix: list[str] = []
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("running as root without setpriv (util-linux) to drop capabilities")
-        prefix = [setpriv, "--bounding-set", "-all", "--inh-caps", "-all"]
+    prefix = without_root_capabilities()
     proc = subprocess.run([*prefix, sys.executable, "-m", "torchmpi", "render", "derecho",
                            "-o", str(out)], capture_output=True, text=True, timeout=120,
                           check=False)
