@@ -122,3 +122,25 @@ def test_an_installed_tool_reads_the_sites_it_carries(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-c", code, str(pkg / "paths.py")], env=env,
                          capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == [str(tmp_path.resolve()), str(pkg.resolve() / "sites")]
+
+
+def test_the_pinned_spack_starts_from_bytecode() -> None:
+    """`make setup` compiles the pinned Spack's own modules once, with the interpreter that
+    runs Spack (this venv's: SPACK_PYTHON).  Where PYTHONDONTWRITEBYTECODE is set, as on
+    the machines this project is tested on, Python never writes them itself, and every
+    `spack` start compiled its modules again: 1.2 s against 0.6 s for `spack python -c
+    'import spack.solver.asp'` (docs/performance.md).  Every module of Spack's core
+    package has a bytecode file no older than its source, for this interpreter."""
+    import importlib.util
+
+    if paths.spack_root() != paths.cache() / f"spack-{paths.pins()['TORCHMPI_SPACK_TAG']}":
+        pytest.skip("SPACK_ROOT names a Spack of its own: make setup leaves it as it is")
+    lib = paths.spack_root() / "lib" / "spack" / "spack"
+    sources = sorted(lib.rglob("*.py"))
+    assert len(sources) > 300, lib
+    stale = []
+    for source in sources:
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        if not cached.is_file() or cached.stat().st_mtime < source.stat().st_mtime:
+            stale.append(source.relative_to(lib))
+    assert not stale, f"{len(stale)} of {len(sources)} without bytecode, e.g. {stale[:3]}"
