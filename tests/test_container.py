@@ -19,7 +19,7 @@ import pytest
 import tomllib
 import yaml
 from support.sites import edited_site
-from torchmpi import container, gpuvendor, pairs, paths, runtime
+from torchmpi import container, pairs, paths, runtime
 from torchmpi import site as sitemod
 from torchmpi.cli import main
 from torchmpi.errors import UserError
@@ -114,7 +114,7 @@ def test_slingshot_image_pins_a_pair_run_on_slingshot(name: str) -> None:
         assert pinned[1] is None
         return
     if site.rocm:  # RCCL is ROCm's release, the plugin the one vouched with it
-        rccl, plugin, _ = gpuvendor.rccl_pair(str(site.rocm["version"]))
+        rccl, plugin, *_ = pairs.rccl(str(site.rocm["version"]))
         require = (env.get("rccl") or env["rccl:"])["require"]  # "rccl:" beside an external
         assert (require, pinned) == ([f"@{rccl}"], (None, [f"@{plugin}"]))
         return

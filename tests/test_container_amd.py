@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support.sites import write_site
-from torchmpi import container, gpuvendor, output, paths
+from torchmpi import container, gpuvendor, output, pairs, paths
 from torchmpi import site as sitemod
 from torchmpi.cli import main
 
@@ -75,7 +75,7 @@ def test_the_image_is_rocms_of_the_sites_release(name: str) -> None:
 @pytest.mark.parametrize("name", AMD)
 def test_rccl_is_the_roc_release_with_its_vouched_plugin(name: str) -> None:
     site = sitemod.load(name)
-    rccl, plugin, _ = gpuvendor.rccl_pair(str(site.rocm["version"]))
+    rccl, plugin, *_ = pairs.rccl(str(site.rocm["version"]))
     files = container.render(site)
     packages = yaml.safe_load(files["spack.yaml"])["spack"]["packages"]
     assert (packages.get("rccl") or packages["rccl:"])["require"] == [f"@{rccl}"]
@@ -100,7 +100,7 @@ def test_an_amd_image_off_slingshot_carries_no_slingshot_plugin(tmp_path: Path) 
     provider): on InfiniBand RCCL uses the fabric itself, so the image pins RCCL at the
     ROCm release and neither pins, labels nor binds the Slingshot plugin."""
     site = sitemod.load(str(write_site(tmp_path / "sites", "frontier", _on_infiniband)))
-    assert gpuvendor.rccl_pair(str(site.rocm["version"])) is not None  # Slingshot has one
+    assert pairs.rccl(str(site.rocm["version"])) is not None  # Slingshot has one
     p = container.plan(site)
     assert p.nccl == {"rccl": "7.1.1"} and container.PLUGIN_DIR not in p.lib_path
     files = container.render(site)

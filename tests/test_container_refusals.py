@@ -131,7 +131,7 @@ def test_an_amd_image_without_a_vouched_rccl_pair_is_refused_at_the_key(
     planmod = importlib.import_module("torchmpi.container.plan")  # the module, not plan()
     path = write_site(tmp_path / "sites", "lumi")
     site = sitemod.load(str(path))
-    monkeypatch.setattr(planmod.gpuvendor, "rccl_pair", lambda rocm: None)
+    monkeypatch.setattr(planmod.pairs, "rccl", lambda rocm: None)
     with pytest.raises(UserError) as err:
         planmod.plan(site)
     _, lines, _ = parse(path)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from torchmpi import gpuvendor, paths, runtime
+from torchmpi import gpuvendor, pairs, paths, runtime
 from torchmpi import site as sitemod
 from torchmpi.errors import UserError
 
@@ -64,7 +64,8 @@ def test_lumi_answers_as_amd_with_its_rocm_as_externals() -> None:
     site = sitemod.load("lumi")
     assert site.gpu_vendor == "amd" and site.amdgpu_targets == ["gfx90a"]
     assert site.rocm["version"] == "7.0.3" and site.rocm["prefix"] == "/opt/rocm-7.0.3"
-    assert gpuvendor.rccl_pair("7.0.3") == ("7.0.3", "1.20.0", "LUMI")
+    pair = pairs.rccl("7.0.3")
+    assert pair is not None and (pair.rocm, pair.plugin, pair.by) == ("7.0.3", "1.20.0", "LUMI")
     rocm = {e["spec"].split("@")[0]: e for e in site.data["externals"]}
     assert "rccl" in rocm and "rocblas" in rocm and "miopen-hip" in rocm
     for name, ext in rocm.items():

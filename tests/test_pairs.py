@@ -9,13 +9,14 @@ docs/design.md must show the same rows.  No Spack needed.
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
 import pytest
 import yaml
 from support.sites import edited_site
-from torchmpi import gpuvendor, pairs, paths, spackenv
+from torchmpi import gpuvendor, pairs, spackenv
 from torchmpi import site as sitemod
 from torchmpi.checks import network
 from torchmpi.errors import UserError
@@ -128,7 +129,7 @@ def test_shipped_slingshot_sites_render_a_vouched_pair() -> None:
     """An NVIDIA site pins an NCCL/plugin pair of VOUCHED_PAIRS; an AMD site has no nccl
     (RCCL is its ROCm's release) and pins the plugin vouched with that ROCm."""
     vouched = {(p.nccl, p.plugin) for p in pairs.vouched()}
-    rccl_vouched = {(rocm, plugin) for rocm, plugin, _ in gpuvendor.vouched_rocm()}
+    rccl_vouched = {(p.rocm, p.plugin) for p in pairs.vouched_rccl()}
     amd_sites = 0
     for name in sitemod.available():
         site = sitemod.load(name)
@@ -214,8 +215,10 @@ def _package_file(tmp_path: Path, monkeypatch, text: str) -> None:
 @pytest.fixture
 def fresh_vouched():
     pairs.vouched.cache_clear()
+    pairs.vouched_rccl.cache_clear()
     yield
-    pairs.vouched.cache_clear()  # the next test reads the checkout's table again
+    pairs.vouched.cache_clear()  # the next test reads the checkout's tables again
+    pairs.vouched_rccl.cache_clear()
 
 
 def test_vouched_pairs_are_read_from_their_own_table(tmp_path, monkeypatch, fresh_vouched):
@@ -243,12 +246,41 @@ def test_each_rccl_pair_says_what_kind_of_evidence_vouches_for_it() -> None:
     """VOUCHED_RCCL_PAIRS' evidence column is one of the kinds the wording knows, and the
     kind is the source's: LUMI's is an EasyBuild recipe (.eb), OLCF's the build steps of
     a user guide (.rst), HPE's a build script (.sh); none of them a record of a run."""
-    rows = {row[0]: row for row in paths.package_constant("nccl_ss11", "VOUCHED_RCCL_PAIRS")}
+    rows = {pair.rocm: pair for pair in pairs.vouched_rccl()}
     kinds = {"build recipe": ".eb:", "build steps": ".rst:", "build script": ".sh:"}
-    assert {r: row[6] for r, row in rows.items()} == {
+    assert {r: pair.evidence for r, pair in rows.items()} == {
         "7.0.3": "build recipe", "7.1.1": "build steps", "6.4.0": "build script"}
-    for row in rows.values():
-        assert row[6] in pairs.RCCL_EVIDENCE and kinds[row[6]] in row[5], row
+    for pair in rows.values():
+        assert pair.evidence in pairs.RCCL_EVIDENCE and kinds[pair.evidence] in pair.source, pair
+
+
+def test_an_rccl_pair_carries_its_evidence() -> None:
+    """The one reader of VOUCHED_RCCL_PAIRS keeps every column: the plugin a packages.yaml
+    pins and the wording of who vouches for it come from the same row."""
+    pair = pairs.rccl("7.0.3")
+    assert pair is not None
+    assert (pair.rocm, pair.plugin, pair.fabric, pair.by, pair.evidence) == (
+        "7.0.3", "1.20.0", "slingshot", "LUMI", "build recipe")
+    assert pair.vouching == "LUMI's build recipe pairs with"
+    assert pairs.rccl("7.2.0") is None
+    assert [p.rocm for p in pairs.vouched_rccl()] == ["7.0.3", "7.1.1", "6.4.0"]  # file order
+
+
+#: The wrapper's modules, each of which may look a pair table up by its name.
+WRAPPER = ROOT / "wrapper" / "torchmpi"
+
+
+def test_each_pair_table_has_one_reader() -> None:
+    """Only torchmpi.pairs looks the pair tables up by name: a second reader (one that
+    drops the evidence column, or parses the package file again) could pin a pair from
+    one row and word it from another, or refuse what the first accepts."""
+    readers = set()
+    for path in WRAPPER.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in (
+                    "VOUCHED_PAIRS", "VOUCHED_RCCL_PAIRS"):
+                readers.add(path.relative_to(WRAPPER).as_posix())
+    assert readers == {"pairs.py"}
 
 
 @pytest.mark.parametrize("site, says", [
@@ -262,16 +294,18 @@ def test_the_rendered_rccl_pin_words_its_evidence(site: str, says: str) -> None:
     comment = text.split("  aws-ofi-nccl:", 1)[0].rsplit("\n  # The aws-ofi-nccl", 1)[1]
     assert says in " ".join(line.strip("# ") for line in comment.splitlines()), comment
     assert " ran " not in comment, comment
-    assert pairs.rccl_vouching(sitemod.load(site).rocm["version"]) in says
+    pair = pairs.rccl(sitemod.load(site).rocm["version"])
+    assert pair is not None and pair.vouching in says
 
 
-def test_an_unknown_evidence_kind_is_a_user_error(tmp_path, monkeypatch) -> None:
+def test_an_unknown_evidence_kind_is_a_user_error(tmp_path, monkeypatch,
+                                                 fresh_vouched) -> None:
     """A row whose evidence is no known kind is refused naming the file, the row and the
     kinds allowed (the wording of every rendered comment depends on it)."""
     row = ("7.0.3", "1.20.0", "-", "slingshot", "LUMI", "x.eb:1", "hearsay")
     _package_file(tmp_path, monkeypatch, f"VOUCHED_RCCL_PAIRS = ({row!r},)\n")
     with pytest.raises(UserError) as err:
-        pairs.rccl_vouching("7.0.3")
+        pairs.rccl("7.0.3")
     text = str(err.value)
     assert "nccl_ss11/package.py" in text and "7.0.3" in text and "'hearsay'" in text
     assert "allowed: " + ", ".join(pairs.RCCL_EVIDENCE) in text, text

@@ -124,7 +124,7 @@ def _amd_checks(lock: Lock, site: sitemod.Site, torch) -> None:
     assert bool(plugin) == (d["fabric"] == "slingshot")
     if plugin:
         (plugin,) = plugin
-        assert plugin.version == gpuvendor.rccl_pair(rocm)[1]
+        assert plugin.version == pairs.rccl(rocm).plugin
         assert plugin.variants.get("rocm") is True and plugin.variants.get("cxi") is True
         assert {"hip", "libfabric"} <= {n for n, _, _ in plugin.deps}
         assert all(f.external for f in lock.named("libfabric"))

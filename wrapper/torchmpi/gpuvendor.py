@@ -16,7 +16,8 @@ CUDA rules read ``build_systems/cuda.py`` (:mod:`torchmpi.siterules`):
   at 2.3 and 2.4, and needs ``composable-kernel@6.3.2:`` (versioned as ROCm
   releases are) from 2.6 and ``composable-kernel@:6.3.2`` at 2.5;
 * a ROCm for which no source vouches an RCCL/aws-ofi-nccl pair on Slingshot
-  (``VOUCHED_RCCL_PAIRS`` of nccl_ss11/package.py: RCCL is ROCm's release).
+  (``VOUCHED_RCCL_PAIRS`` of nccl_ss11/package.py, read by :mod:`torchmpi.pairs`:
+  RCCL is ROCm's release).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from torchmpi import paths, torches
+from torchmpi import pairs, paths, torches
 
 Problem = tuple[tuple, str]
 
@@ -143,21 +144,6 @@ def torch_rocm_problem(torch: str, rocm: str) -> str | None:
         if not torches._within(rocm, r_lo, r_hi):
             return f"{r_lo}:{r_hi}"
     return None
-
-
-@cache
-def vouched_rocm() -> tuple[tuple[str, str, str], ...]:
-    """(ROCm/RCCL, plugin, who vouches) of ``VOUCHED_RCCL_PAIRS`` (nccl_ss11/package.py)."""
-    try:
-        rows = paths.package_constant("nccl_ss11", "VOUCHED_RCCL_PAIRS")
-    except (OSError, LookupError):
-        return ()
-    return tuple((r[0], r[1], r[4]) for r in rows)
-
-
-def rccl_pair(rocm: str) -> tuple[str, str, str] | None:
-    """(ROCm/RCCL, plugin, who vouches) of the vouched pair for this ROCm, or None."""
-    return next((p for p in vouched_rocm() if p[0] == rocm), None)
 
 
 def _models(model: str) -> list[tuple[str, str]]:
@@ -284,12 +270,12 @@ def _rocm_torch(data: dict[str, Any], rocm: str | None) -> list[Problem]:
 
 def _rocm_vouched(data: dict[str, Any], rocm: str | None) -> list[Problem]:
     """A Slingshot AMD site's ROCm (its RCCL) without a vouched RCCL/plugin pair."""
-    pairs = vouched_rocm()
-    if not rocm or data.get("fabric") != "slingshot" or not pairs:
+    vouched = pairs.vouched_rccl()
+    if not rocm or data.get("fabric") != "slingshot" or not vouched:
         return []
-    if any(rocm == r for r, _, _ in pairs):
+    if pairs.rccl(rocm):
         return []
-    listed = "; ".join(f"{r} (aws-ofi-nccl {p}, {who})" for r, p, who in pairs)
+    listed = "; ".join(f"{p.rocm} (aws-ofi-nccl {p.plugin}, {p.by})" for p in vouched)
     return [(("gpu", "rocm", "version"), (
         f"ROCm {rocm}: RCCL is ROCm's release, and no source vouches for RCCL {rocm} with the"
         f" aws-ofi-nccl plugin on Slingshot; allowed: {listed} (VOUCHED_RCCL_PAIRS,"

@@ -1,14 +1,15 @@
-"""The vouched NCCL/aws-ofi-nccl pairs, read from the nccl-ss11 package.
+"""The vouched NCCL/aws-ofi-nccl and RCCL/aws-ofi-nccl pairs, read from the nccl-ss11 package.
 
 The package (``spack_repo/torchmpi/packages/nccl_ss11/package.py``,
-``VOUCHED_PAIRS``) is what Spack enforces; this module reads that same
-literal with :mod:`ast` (no Spack import, a few milliseconds) so that a site
-file pinning a pair outside it is refused when the site is loaded, not after
-a solve of minutes, and so that a Slingshot site naming no pair gets one that
-a source pairs for Slingshot.  One table, two readers: they cannot disagree.
-Each row says what kind of record vouches for it (:data:`EVIDENCE`), and every
-message words the pair as that record is: a build script or a deployed
-environment is not a run.
+``VOUCHED_PAIRS`` and ``VOUCHED_RCCL_PAIRS``) is what Spack enforces; this
+module reads those same literals with :mod:`ast` (no Spack import, a few
+milliseconds) so that a site file pinning a pair outside them is refused when
+the site is loaded, not after a solve of minutes, and so that a Slingshot site
+naming no pair gets one that a source pairs for Slingshot.  One table, two
+readers (Spack and this module, the only one in the wrapper): they cannot
+disagree.  Each row says what kind of record vouches for it (:data:`EVIDENCE`),
+and every message words the pair as that record is: a build script or a
+deployed environment is not a run.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import ast
 import functools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from torchmpi import paths
 from torchmpi.errors import UserError
 
 #: The GPU vendor whose collectives the pairs serve: nccl-ss11, the table's home, is
 #: NCCL for NVIDIA GPUs (a CudaPackage that requires ``+cuda``).  An AMD site's RCCL
-#: pairs are a table of their own (``VOUCHED_RCCL_PAIRS``, :mod:`torchmpi.gpuvendor`).
+#: pairs are a table of their own (``VOUCHED_RCCL_PAIRS``, :func:`vouched_rccl`).
 VENDOR = "nvidia"
 
 #: The fabrics of the tables, as messages name them.
@@ -83,20 +85,43 @@ RCCL_EVIDENCE = {
 }
 
 
-def rccl_vouching(rocm: str) -> str | None:
-    """Who vouches for the plugin paired with RCCL ``rocm`` and by what kind of record,
-    worded for a comment (``LUMI's build recipe pairs with``); None without a pair."""
+class RcclPair(NamedTuple):
+    """One row of ``VOUCHED_RCCL_PAIRS``, every column kept: the plugin a packages.yaml
+    pins and the words saying who vouches for it come from the same row."""
+
+    rocm: str  # the ROCm release, which is RCCL's
+    plugin: str  # aws-ofi-nccl built --with-rocm
+    libfabric: str  # the source's, or "-" where it names none
+    fabric: str
+    by: str
+    source: str
+    evidence: str  # a kind of EVIDENCE
+
+    @property
+    def vouching(self) -> str:
+        """Who vouches for the pair and by what kind of record, worded for a comment
+        (``LUMI's build recipe pairs with``): only a job log says "ran"."""
+        return RCCL_EVIDENCE[self.evidence].format(by=self.by)
+
+
+@functools.cache
+def vouched_rccl() -> tuple[RcclPair, ...]:
+    """Every row of ``VOUCHED_RCCL_PAIRS``, in the file's order; none where the package
+    file or the table is absent (an installed tool without the checkout's repository:
+    no rule of an AMD site then reads them)."""
     path = paths.torchmpi_repo() / "packages" / "nccl_ss11" / "package.py"
     try:
         rows = paths.package_constant("nccl_ss11", "VOUCHED_RCCL_PAIRS")
     except (OSError, LookupError):
-        return None
+        return ()
     for row in rows:
-        if row[0] != rocm:
-            continue
-        return RCCL_EVIDENCE[_evidence(path, "VOUCHED_RCCL_PAIRS", f"ROCm {rocm}", row)]\
-            .format(by=row[4])
-    return None
+        _evidence(path, "VOUCHED_RCCL_PAIRS", f"ROCm {row[0]}", row)
+    return tuple(RcclPair(*row) for row in rows)
+
+
+def rccl(rocm: str) -> RcclPair | None:
+    """The pair vouched for RCCL ``rocm`` (the site's ROCm release), or None."""
+    return next((p for p in vouched_rccl() if p.rocm == rocm), None)
 
 
 def _evidence(path: Path, table: str, which: str, row: tuple) -> str:

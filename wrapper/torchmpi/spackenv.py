@@ -237,9 +237,9 @@ def packages_yaml(site: Site) -> tuple[list[Part], dict[str, Any]]:
         pins["nccl"] = {"require": [f"@{nccl['version']}"]}
     if nccl.get("plugin"):
         pins["aws-ofi-nccl"] = {"require": [f"@{nccl['plugin']}"]}
-    rccl = gpuvendor.rccl_pair(site.rocm["version"]) if site.rocm else None
+    rccl = pairs.rccl(site.rocm["version"]) if site.rocm else None
     if rccl and d["fabric"] == "slingshot":
-        pins["aws-ofi-nccl"] = {"require": [f"@{rccl[1]}"]}
+        pins["aws-ofi-nccl"] = {"require": [f"@{rccl.plugin}"]}
     else:
         rccl = None
     optional = {
@@ -263,7 +263,7 @@ def packages_yaml(site: Site) -> tuple[list[Part], dict[str, Any]]:
     ]
     if rccl:
         # Worded as the pair's evidence is (a recipe is not a run): pairs.RCCL_EVIDENCE.
-        why = [f"The aws-ofi-nccl plugin that {pairs.rccl_vouching(rccl[0])} RCCL {rccl[0]}",
+        why = [f"The aws-ofi-nccl plugin that {rccl.vouching} RCCL {rccl.rocm}",
                "(ROCm's release) for Slingshot (nccl-ss11's VOUCHED_RCCL_PAIRS,",
                "docs/design.md)."]
         parts += [comment(*why, indent=2), Block(pins, 2)]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from torchmpi import gpuvendor, pairs
+from torchmpi import pairs
 from torchmpi.checks import container as checks
 from torchmpi.checks.container import (  # noqa: F401 (re-exported by torchmpi.container)
     APPTAINER_HOST_MPI,
@@ -321,12 +321,12 @@ def _amd(site: Site) -> Plan:
     box = site.data["container"]
     rocm = str(site.rocm["version"]) if site.rocm else ""
     slingshot = site.data["fabric"] == "slingshot"
-    pair = gpuvendor.rccl_pair(rocm) if slingshot else None
+    pair = pairs.rccl(rocm) if slingshot else None
     if slingshot and pair is None:
         # Asked at load of a Slingshot site only (gpuvendor): the native environment of
         # another fabric needs no plugin, but this image carries RCCL with one.
-        listed = ", ".join(f"{r} (aws-ofi-nccl {p}, {who})"
-                           for r, p, who in gpuvendor.vouched_rocm())
+        listed = ", ".join(f"{p.rocm} (aws-ofi-nccl {p.plugin}, {p.by})"
+                           for p in pairs.vouched_rccl())
         raise site.refuse([(("gpu", "rocm", "version"), (
             f"ROCm {rocm}: the AMD image carries RCCL (ROCm's release) with the aws-ofi-nccl"
             " plugin vouched for it, and no source vouches for a plugin with RCCL"
@@ -334,7 +334,7 @@ def _amd(site: Site) -> Plan:
             " docs/design.md)"))], _REFUSED)
     return Plan(runtime=box["runtime"], target=generic_target(site), os=box["os"],
                 mpi=f"{CRAY_STANDIN} ~cuda",
-                nccl={"rccl": rocm, **({"plugin": pair[1]} if pair else {})},
+                nccl={"rccl": rocm, **({"plugin": pair.plugin} if pair else {})},
                 lib_path=[PLUGIN_DIR] if pair else [], modules=[str(m) for m in box["modules"]],
                 modulepath=str(box.get("modulepath") or ""),
                 override=dict(AMD_OVERRIDE), device_buffers=False,
