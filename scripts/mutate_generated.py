@@ -69,10 +69,9 @@ EQUIVALENT: dict[str, str] = {
     'dist.py: if device == "cuda" or (device is None and backend == "nccl"): -> '
     'if device == "cuda" or (device is None and backend >= "nccl"):':
         "the same for the CLI's backends (mpi, nccl, gloo)",
-    'pairs.py: if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == '
-    '"VOUCHED_PAIRS": -> if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", '
-    '"") is "VOUCHED_PAIRS":':
-        "CPython interns identifiers, the parser's and the literal's alike",
+    'paths.py: if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == '
+    'name: -> if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") is name:':
+        "CPython interns identifiers, the parser's and the callers' literal names alike",
     "allreduce_report.py: if mode is None and not os.access(parent, os.W_OK | os.X_OK): "
     "-> if mode is None and not os.access(parent, os.W_OK + os.X_OK):":
         "2 + 1 == 2 | 1",

@@ -242,6 +242,18 @@ def test_a_package_file_without_the_table_is_a_user_error(tmp_path, monkeypatch,
         pairs.vouched()
 
 
+@pytest.mark.parametrize("table, read", [("VOUCHED_PAIRS", lambda: pairs.vouched()),
+                                         ("VOUCHED_RCCL_PAIRS", lambda: pairs.vouched_rccl())])
+def test_a_malformed_table_is_a_user_error_at_its_row(tmp_path, monkeypatch, fresh_vouched,
+                                                     table: str, read) -> None:
+    """A row that is no literal (a name, a call) is refused at its line and column, not
+    a traceback from ast; a table that is absent stays what each reader says of it."""
+    _package_file(tmp_path, monkeypatch, f"{table} = (\n    ('7.0.3', plugin),\n)\n")
+    with pytest.raises(UserError, match=rf"nccl_ss11/package\.py:2:5: {table}: the row is no"
+                                        " literal; allowed: a tuple of rows of 7 literal"):
+        read()
+
+
 def test_each_rccl_pair_says_what_kind_of_evidence_vouches_for_it() -> None:
     """VOUCHED_RCCL_PAIRS' evidence column is one of the kinds the wording knows, and the
     kind is the source's: LUMI's is an EasyBuild recipe (.eb), OLCF's the build steps of
@@ -281,6 +293,16 @@ def test_each_pair_table_has_one_reader() -> None:
                     "VOUCHED_PAIRS", "VOUCHED_RCCL_PAIRS"):
                 readers.add(path.relative_to(WRAPPER).as_posix())
     assert readers == {"pairs.py"}
+
+
+def test_pairs_parses_no_package_file_itself() -> None:
+    """pairs reads both tables through paths.package_rows, the one parser of a package
+    file's literals: a loop of its own over the file's ``ast`` would be a second reader
+    with rules of its own (which assignment counts, what a missing table is)."""
+    tree = ast.parse((WRAPPER / "pairs.py").read_text())
+    parses = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+              and node.attr in ("parse", "literal_eval", "walk")]
+    assert parses == []
 
 
 @pytest.mark.parametrize("site, says", [

@@ -81,6 +81,28 @@ def test_package_constant_reads_the_literal_without_spack(tmp_path, monkeypatch)
         paths.package_constant("gone", "ROWS")
 
 
+def test_package_rows_say_where_each_row_is(tmp_path, monkeypatch) -> None:
+    """A table's rows, each with the 1-based line and column where it starts, so that a
+    refusal of one row points at it; a value that is no tuple of literal rows is a
+    MalformedTable naming the file, line and column, a missing table a LookupError."""
+    pkg = tmp_path / "spack_repo" / "torchmpi" / "packages" / "demo"
+    pkg.mkdir(parents=True)
+    (pkg / "package.py").write_text(
+        "ROWS = (\n    ('a', 'b'),\n  ('c',\n   'd'),\n)\nONE = 1\nBAD = (('x', y),)\n")
+    (tmp_path / "sites").mkdir()
+    monkeypatch.setenv("TORCHMPI_ROOT", str(tmp_path))
+    assert paths.package_file("demo") == pkg / "package.py"
+    assert paths.package_rows("demo", "ROWS") == [
+        paths.Row(("a", "b"), 2, 5), paths.Row(("c", "d"), 3, 3)]
+    malformed = paths.MalformedTable
+    with pytest.raises(malformed, match=r"demo/package\.py:6:7: ONE is no tuple of rows"):
+        paths.package_rows("demo", "ONE")
+    with pytest.raises(malformed, match=r"demo/package\.py:7:8: BAD: the row is no literal"):
+        paths.package_rows("demo", "BAD")
+    with pytest.raises(LookupError, match="no GONE"):
+        paths.package_rows("demo", "GONE")
+
+
 def test_spackrun_and_fixture_use_the_resolver(spack) -> None:
     """The Spack the tests run is the one torchmpi concretize runs."""
     from torchmpi import spackrun

@@ -14,7 +14,6 @@ deployed environment is not a run.
 
 from __future__ import annotations
 
-import ast
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,9 @@ from torchmpi.errors import UserError
 #: NCCL for NVIDIA GPUs (a CudaPackage that requires ``+cuda``).  An AMD site's RCCL
 #: pairs are a table of their own (``VOUCHED_RCCL_PAIRS``, :func:`vouched_rccl`).
 VENDOR = "nvidia"
+
+#: The package whose file holds both tables (Python's spelling of nccl-ss11).
+_PACKAGE = "nccl_ss11"
 
 #: The fabrics of the tables, as messages name them.
 _FABRIC = {"slingshot": "Slingshot", "efa": "EFA"}
@@ -109,19 +111,28 @@ def vouched_rccl() -> tuple[RcclPair, ...]:
     """Every row of ``VOUCHED_RCCL_PAIRS``, in the file's order; none where the package
     file or the table is absent (an installed tool without the checkout's repository:
     no rule of an AMD site then reads them)."""
-    path = paths.torchmpi_repo() / "packages" / "nccl_ss11" / "package.py"
     try:
-        rows = paths.package_constant("nccl_ss11", "VOUCHED_RCCL_PAIRS")
+        rows = _rows("VOUCHED_RCCL_PAIRS")
     except (OSError, LookupError):
         return ()
     for row in rows:
-        _evidence(path, "VOUCHED_RCCL_PAIRS", f"ROCm {row[0]}", row)
+        _evidence(paths.package_file(_PACKAGE), "VOUCHED_RCCL_PAIRS", f"ROCm {row[0]}", row)
     return tuple(RcclPair(*row) for row in rows)
 
 
 def rccl(rocm: str) -> RcclPair | None:
     """The pair vouched for RCCL ``rocm`` (the site's ROCm release), or None."""
     return next((p for p in vouched_rccl() if p.rocm == rocm), None)
+
+
+def _rows(table: str) -> list[tuple]:
+    """The rows of nccl-ss11's ``table``, read by :func:`torchmpi.paths.package_rows` (the
+    one parser of a package's literals); a malformed table is the checkout's error, said
+    at its line and column."""
+    try:
+        return [row.value for row in paths.package_rows(_PACKAGE, table)]
+    except paths.MalformedTable as err:
+        raise UserError(f"{err}; allowed: a tuple of rows of 7 literal columns") from None
 
 
 def _evidence(path: Path, table: str, which: str, row: tuple) -> str:
@@ -143,20 +154,17 @@ def _key(version: str) -> tuple[int, ...]:
 @functools.cache
 def vouched() -> tuple[Pair, ...]:
     """Every vouched pair, newest NCCL first, then newest plugin."""
-    path = paths.torchmpi_repo() / "packages" / "nccl_ss11" / "package.py"
+    path = paths.package_file(_PACKAGE)
     try:
-        tree = ast.parse(path.read_text())
+        rows = _rows("VOUCHED_PAIRS")
     except OSError as err:
         raise UserError(f"{path}: cannot read the vouched NCCL pairs: {err.strerror}") from None
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "VOUCHED_PAIRS":
-            rows = ast.literal_eval(node.value)
-            for row in rows:
-                _evidence(path, "VOUCHED_PAIRS", "NCCL " + " with ".join(map(str, row[:2])), row)
-            pairs = [Pair(*row) for row in rows]
-            return tuple(sorted(pairs, key=lambda p: (_key(p.nccl), _key(p.plugin)),
-                                reverse=True))
-    raise UserError(f"{path}: no VOUCHED_PAIRS table")
+    except LookupError:
+        raise UserError(f"{path}: no VOUCHED_PAIRS table") from None
+    for row in rows:
+        _evidence(path, "VOUCHED_PAIRS", "NCCL " + " with ".join(map(str, row[:2])), row)
+    pairs = [Pair(*row) for row in rows]
+    return tuple(sorted(pairs, key=lambda p: (_key(p.nccl), _key(p.plugin)), reverse=True))
 
 
 def choose(nccl: dict) -> Pair | None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import ast
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 
 def root() -> Path:
@@ -54,16 +54,61 @@ def torchmpi_repo() -> Path:
     return root() / "spack_repo" / "torchmpi"
 
 
+def package_file(package: str) -> Path:
+    """torchmpi's ``packages/<package>/package.py`` (``nccl_ss11``: Python's spelling)."""
+    return torchmpi_repo() / "packages" / package / "package.py"
+
+
+def _assigned(path: Path, name: str) -> ast.expr:
+    """The value of the top-level ``name = ...`` of ``path``; the first target only
+    (``Y = Z = 1`` names Y), an annotated one not (``X: int = 0`` is no table)."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == name:
+            return node.value
+    raise LookupError(f"{path}: no {name}")
+
+
 def package_constant(package: str, name: str) -> Any:
     """The literal ``name = ...`` at the top level of torchmpi's
     ``packages/<package>/package.py``, read with :mod:`ast`: the file imports Spack,
     and the wrapper reads its tables without it.  OSError where the file cannot be
     read, LookupError where it has no such literal."""
-    path = torchmpi_repo() / "packages" / package / "package.py"
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == name:
-            return ast.literal_eval(node.value)
-    raise LookupError(f"{path}: no {name}")
+    return ast.literal_eval(_assigned(package_file(package), name))
+
+
+class MalformedTable(ValueError):
+    """A package's table that is no tuple of literal rows (the checkout's error)."""
+
+
+class Row(NamedTuple):
+    """One row of a package's literal table and where it starts (1-based, as every
+    refusal says file:line:col)."""
+
+    value: Any
+    line: int
+    col: int
+
+
+def package_rows(package: str, name: str) -> list[Row]:
+    """The rows of the table ``name = (row, ...)`` of torchmpi's
+    ``packages/<package>/package.py``, each with its line and column, so that a refusal
+    of one row can point at it.  OSError and LookupError as :func:`package_constant`;
+    :class:`MalformedTable` (naming file:line:col) where the value is no tuple or list,
+    or a row no literal."""
+    path = package_file(package)
+    node = _assigned(path, name)
+    if not isinstance(node, (ast.Tuple, ast.List)):
+        raise MalformedTable(f"{path}:{node.lineno}:{node.col_offset + 1}: {name} is no tuple"
+                         " of rows")
+    rows = []
+    for elt in node.elts:
+        try:
+            value = ast.literal_eval(elt)
+        except ValueError:
+            raise MalformedTable(f"{path}:{elt.lineno}:{elt.col_offset + 1}: {name}: the row"
+                                 " is no literal") from None
+        rows.append(Row(value, elt.lineno, elt.col_offset + 1))
+    return rows
 
 
 def pins() -> dict[str, str]:
