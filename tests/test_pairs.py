@@ -396,6 +396,25 @@ def test_an_unknown_nccl_evidence_kind_is_a_user_error(tmp_path, monkeypatch, fr
     assert "allowed: " + ", ".join(pairs.EVIDENCE) in text, text
 
 
+@pytest.mark.parametrize("table, read, which", [
+    ("VOUCHED_PAIRS", lambda: pairs.vouched(), "NCCL 2.21.5-1 with 1.6.0"),
+    ("VOUCHED_RCCL_PAIRS", lambda: pairs.vouched_rccl(), "ROCm 2.21.5-1"),
+])
+def test_an_unknown_evidence_kind_is_refused_at_its_row(tmp_path, monkeypatch, fresh_vouched,
+                                                        table: str, read, which: str) -> None:
+    """The refusal of a row's evidence says file:line:col of that row (the project's rule
+    for every refusal), here the second row, on line 4 at column 7."""
+    good = ("2.27.7-1", "1.19.0", "1.22.0", "slingshot", "HPE", "x.sh:1", "build script")
+    bad = ("2.21.5-1", "1.6.0", "1.15.2.0", "slingshot", "NCAR", "x.sh:1", "hearsay")
+    _package_file(tmp_path, monkeypatch,
+                  f"# the pairs\n{table} = (\n    {good!r},\n      {bad!r},\n)\n")
+    with pytest.raises(UserError) as err:
+        read()
+    path = tmp_path / "spack_repo" / "torchmpi" / "packages" / "nccl_ss11" / "package.py"
+    assert str(err.value).startswith(
+        f"{path}:4:7: {table}, the row of {which}: evidence 'hearsay' is no known kind"), err
+
+
 def test_both_tables_know_the_same_kinds_of_evidence() -> None:
     """One notion of evidence for NVIDIA and AMD pairs: the RCCL comment's wording and
     the label's cover the same kinds, and only a job log's says the pair ran."""

@@ -15,6 +15,7 @@ deployed environment is not a run.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -112,11 +113,9 @@ def vouched_rccl() -> tuple[RcclPair, ...]:
     file or the table is absent (an installed tool without the checkout's repository:
     no rule of an AMD site then reads them)."""
     try:
-        rows = _rows("VOUCHED_RCCL_PAIRS")
+        rows = _rows("VOUCHED_RCCL_PAIRS", lambda row: f"ROCm {row[0]}")
     except (OSError, LookupError):
         return ()
-    for row in rows:
-        _evidence(paths.package_file(_PACKAGE), "VOUCHED_RCCL_PAIRS", f"ROCm {row[0]}", row)
     return tuple(RcclPair(*row) for row in rows)
 
 
@@ -125,24 +124,31 @@ def rccl(rocm: str) -> RcclPair | None:
     return next((p for p in vouched_rccl() if p.rocm == rocm), None)
 
 
-def _rows(table: str) -> list[tuple]:
+def _rows(table: str, which: Callable[[tuple], str]) -> list[tuple]:
     """The rows of nccl-ss11's ``table``, read by :func:`torchmpi.paths.package_rows` (the
-    one parser of a package's literals); a malformed table is the checkout's error, said
-    at its line and column."""
+    one parser of a package's literals), each row's evidence checked (:func:`_evidence`,
+    the row named by ``which``); a malformed table is the checkout's error, said at its
+    line and column."""
+    path = paths.package_file(_PACKAGE)
     try:
-        return [row.value for row in paths.package_rows(_PACKAGE, table)]
+        rows = paths.package_rows(_PACKAGE, table)
     except paths.MalformedTable as err:
         raise UserError(f"{err}; allowed: a tuple of rows of 7 literal columns") from None
+    for row in rows:
+        _evidence(path, table, which, row)
+    return [row.value for row in rows]
 
 
-def _evidence(path: Path, table: str, which: str, row: tuple) -> str:
-    """The row's evidence kind (its seventh column), refused unless :data:`EVIDENCE`
-    knows it: every message's wording depends on it."""
-    kind = row[6] if len(row) == 7 else None
+def _evidence(path: Path, table: str, which: Callable[[tuple], str], row: paths.Row) -> str:
+    """The row's evidence kind (its seventh column), refused at the row's line and column
+    unless :data:`EVIDENCE` knows it: every message's wording depends on it."""
+    value = row.value
+    kind = value[6] if isinstance(value, tuple) and len(value) == 7 else None
     if kind not in EVIDENCE:
-        raise UserError(f"{path}: {table}, the row of {which}: evidence {kind!r} is no"
-                        f" known kind (a row has 7 columns, the last one the kind);"
-                        f" allowed: {', '.join(EVIDENCE)}")
+        name = which(value) if isinstance(value, tuple) and len(value) >= 2 else repr(value)
+        raise UserError(f"{path}:{row.line}:{row.col}: {table}, the row of {name}: evidence"
+                        f" {kind!r} is no known kind (a row has 7 columns, the last one the"
+                        f" kind); allowed: {', '.join(EVIDENCE)}")
     return kind
 
 
@@ -156,13 +162,11 @@ def vouched() -> tuple[Pair, ...]:
     """Every vouched pair, newest NCCL first, then newest plugin."""
     path = paths.package_file(_PACKAGE)
     try:
-        rows = _rows("VOUCHED_PAIRS")
+        rows = _rows("VOUCHED_PAIRS", lambda row: "NCCL " + " with ".join(map(str, row[:2])))
     except OSError as err:
         raise UserError(f"{path}: cannot read the vouched NCCL pairs: {err.strerror}") from None
     except LookupError:
         raise UserError(f"{path}: no VOUCHED_PAIRS table") from None
-    for row in rows:
-        _evidence(path, "VOUCHED_PAIRS", "NCCL " + " with ".join(map(str, row[:2])), row)
     pairs = [Pair(*row) for row in rows]
     return tuple(sorted(pairs, key=lambda p: (_key(p.nccl), _key(p.plugin)), reverse=True))
 
