@@ -126,6 +126,27 @@ def test_slingshot_image_pins_a_pair_run_on_slingshot(name: str) -> None:
         chosen.nccl, chosen.plugin)
 
 
+@pytest.mark.parametrize("name", SITES)
+def test_the_descriptors_bind_the_plugin_as_the_plan_decides(name: str) -> None:
+    """Whether the wrapper binds the site's native aws-ofi-nccl (TORCHMPI_PLUGIN_LIB) is
+    decided once, by the plan (Plan.binds_plugin, set where it puts PLUGIN_DIR first on
+    the library path: Cray MPICH under apptainer, a centre's MPI on Slingshot, an AMD
+    image on Slingshot); the descriptors follow that field, never the directory's place
+    in the path, so a plan that binds none gets no bind line."""
+    site = sitemod.load(name)
+    p = container.plan(site)
+    assert p.binds_plugin == (container.PLUGIN_DIR in p.lib_path), name
+    assert p.binds_plugin == (name in ("delta", "derecho", "frontier", "lumi")), name
+    bind = f"$TORCHMPI_PLUGIN_LIB:{container.PLUGIN_DIR}:ro"
+    assert any(bind in text for text in container.descriptors(site, p).values()) == \
+        p.binds_plugin, name
+    p.binds_plugin = False
+    texts = container.descriptors(site, p).values()
+    assert not any(bind in text for text in texts), name
+    if p.modules:  # the centre-modules wrapper names the variable only where it binds it
+        assert not any("TORCHMPI_PLUGIN_LIB" in text for text in texts), name
+
+
 def test_containerfile_check_refuses_latest_unknown_stage_and_baked_nccl() -> None:
     bad = container.parse_containerfile(
         "FROM docker.io/library/ubuntu:latest AS a\nFROM ubuntu AS b\n"

@@ -144,7 +144,7 @@ def _inject_block(p: Plan, bind_flag: str, env_flag: str) -> list[str]:
         lines.append(f"  inject+=({env_flag} {_ld_path(p.lib_path)})")
     if p.preload:
         lines.append(f"  inject+=({env_flag} {shlex.quote('LD_PRELOAD=' + ':'.join(p.preload))})")
-    if p.runtime == "apptainer" and PLUGIN_DIR in p.lib_path:
+    if p.binds_plugin:
         lines += ['  if [ -n "${TORCHMPI_PLUGIN_LIB:-}" ]; then',
                   f'    inject+=({bind_flag} "$TORCHMPI_PLUGIN_LIB:{PLUGIN_DIR}:ro")',
                   '  fi']
@@ -230,7 +230,7 @@ def apptainer_modules_sh(site: Site, p: Plan) -> str:
     command, prefix, gpu = MODULE_RUNTIME_WORDS[p.runtime]
     ld = f"{prefix}LD_LIBRARY_PATH"
     mods = " ".join(p.modules)
-    plugin = PLUGIN_DIR in p.lib_path  # Slingshot's: none off it (plan._amd)
+    plugin = p.binds_plugin  # Slingshot's: none off it (plan._amd)
     what = [(f"{command.capitalize()} wrapper for '{site.name}' (the centre's binding"
              " modules): the host's"),
             "Cray MPICH, libfabric and GPU libraries replace the image's. In the job script,",

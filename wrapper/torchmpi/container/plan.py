@@ -133,6 +133,10 @@ class Plan:
     #: Whether the image's MPI takes device buffers; not the AMD image's ABI stand-in
     #: (:data:`AMD_OVERRIDE` says why), whose torch is therefore ``~cuda_aware_mpi``.
     device_buffers: bool = True
+    #: Whether the wrapper binds the site's native aws-ofi-nccl (``TORCHMPI_PLUGIN_LIB``)
+    #: at :data:`PLUGIN_DIR`, first on the library path: decided here (:func:`_bind_plugin`)
+    #: and read by the descriptors, which never look for the directory in ``lib_path``.
+    binds_plugin: bool = False
 
 
 def generic_target(site: Site) -> str:
@@ -248,10 +252,16 @@ def plan(site: Site) -> Plan:
             # NCAR's run line: Cray MPICH's single-copy path (xpmem/CMA) is off across
             # apptainer's process boundary (run_fasteddy_container.pbs).
             out.env["MPICH_SMP_SINGLE_COPY_MODE"] = "NONE"
-            # The site's native plugin, bound here by the wrapper when it is given
-            # (TORCHMPI_PLUGIN_LIB); a directory that is absent costs nothing.
-            out.lib_path.insert(0, PLUGIN_DIR)
+            _bind_plugin(out)
     return out
+
+
+def _bind_plugin(out: Plan) -> None:
+    """The site's native plugin, bound by the wrapper when it is given
+    (``TORCHMPI_PLUGIN_LIB``) at :data:`PLUGIN_DIR`, first on the library path; a
+    directory that is absent costs nothing.  The one place a plan decides it."""
+    out.binds_plugin = True
+    out.lib_path.insert(0, PLUGIN_DIR)
 
 
 def _bind_centre_mpi(site: Site, out: Plan) -> None:
@@ -272,7 +282,7 @@ def _bind_centre_mpi(site: Site, out: Plan) -> None:
     if not any(Path(prefix).is_relative_to(m) for m in mounts):
         out.binds.append((prefix, prefix))
     if d["fabric"] == "slingshot":  # the site's native aws-ofi-nccl, as for Cray MPICH
-        out.lib_path.append(PLUGIN_DIR)
+        _bind_plugin(out)
     out.lib_path.append(f"{prefix}/lib")
     if d["fabric"] == "ib":
         # The host's libibverbs (from /usr/lib64, below) reads its provider list in
@@ -332,10 +342,13 @@ def _amd(site: Site) -> Plan:
             " plugin vouched for it, and no source vouches for a plugin with RCCL"
             f" {rocm}; allowed: {listed or 'none recorded'} (VOUCHED_RCCL_PAIRS,"
             " docs/design.md)"))], _REFUSED)
-    return Plan(runtime=box["runtime"], target=generic_target(site), os=box["os"],
-                mpi=f"{CRAY_STANDIN} ~cuda",
-                nccl={"rccl": rocm, **({"plugin": pair.plugin} if pair else {})},
-                lib_path=[PLUGIN_DIR] if pair else [], modules=[str(m) for m in box["modules"]],
-                modulepath=str(box.get("modulepath") or ""),
-                override=dict(AMD_OVERRIDE), device_buffers=False,
-                launch="srun -n N ./run.sh python train.py")
+    out = Plan(runtime=box["runtime"], target=generic_target(site), os=box["os"],
+               mpi=f"{CRAY_STANDIN} ~cuda",
+               nccl={"rccl": rocm, **({"plugin": pair.plugin} if pair else {})},
+               modules=[str(m) for m in box["modules"]],
+               modulepath=str(box.get("modulepath") or ""),
+               override=dict(AMD_OVERRIDE), device_buffers=False,
+               launch="srun -n N ./run.sh python train.py")
+    if pair is not None:
+        _bind_plugin(out)
+    return out
