@@ -37,13 +37,15 @@ _FABRIC = {"slingshot": "Slingshot", "efa": "EFA"}
 #: The kinds of record that vouch for a pair (both tables' evidence column), each as
 #: a message labels a pair: who vouches, for which fabric, by what.  Only a job log
 #: records a run; a recipe, a guide's build steps or a build script build the pair, a
-#: centre deploys an environment that carries it, release notes list it.
+#: centre deploys an environment that carries it, release notes list it.  The plugin's
+#: release notes list the NCCL releases it was tested with or supports, for no fabric
+#: (the table's "efa" says where AWS runs it), so their label names none.
 EVIDENCE = {
     "build recipe": "built for {fabric} by {by}'s build recipe",
     "build steps": "built for {fabric} by {by}'s documented build steps",
     "build script": "built for {fabric} by {by}'s build script",
     "deployed environment": "deployed on {fabric} by {by}",
-    "release notes": "listed for {fabric} in {by}'s release notes",
+    "release notes": "listed in {by}'s release notes of the plugin",
     "job log": "run on {fabric} by {by}",
 }
 
