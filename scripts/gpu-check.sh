@@ -60,6 +60,7 @@ step() {
     shift 2
     local left=$((BUDGET - (SECONDS - START)))
     if [ "$left" -lt 5 ]; then
+        LAST_STATUS=SKIP
         skip "$name" "out of the ${BUDGET} s budget"
         return 0
     fi
@@ -82,6 +83,7 @@ step() {
         1) status="${VERDICT:-FAIL} (exit 1)" ;;
         *) status="FAIL (exit $rc)" ;;
     esac
+    LAST_STATUS=$status
     record "$name" "$status" "$((SECONDS - t0))" "\`$(basename "$log")\`"
     local shown
     shown=$(printf ' %q' "$@" | tr '\n' ' ')
@@ -124,12 +126,15 @@ print("backends: mpi", dist.is_mpi_available(), "nccl", dist.is_nccl_available()
 GPU=0
 if [ -n "$PYTHON" ]; then
     step "torch version, CUDA, NCCL" 60 "$PYTHON" -c "$TORCH_INFO"
-    if timeout 60 "$PYTHON" -c \
-        'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1
-    then
+    # Read from that step's own output: one interpreter start that imports torch, not two.
+    if [ "$LAST_STATUS" = PASS ] && grep -q '^cuda available True ' "$LAST_LOG"; then
         GPU=1
     fi
 fi
+# Why the tool's steps below cannot run, once the venv step did not pass: each of them
+# still gets its row, so a cut run lists every step it did not reach.
+NOPY="no venv with torch (its step did not pass): the tool's steps cannot run"
+NOGPU="no GPU: torch.cuda.is_available() is False"
 
 # --- 2. the tool's Python: a venv over the node's packages, the repository's wrapper/ -----
 # The tests start `torchmpi` from beside sys.executable, so the tool gets a venv of its own
@@ -165,8 +170,9 @@ print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))'
     "$VENV/bin/python" -c 'import torch, torchmpi'
 }
 if [ -n "$PYTHON" ]; then
+    # make_venv ends by importing torch and torchmpi in the venv: its PASS says both load.
     step "venv for the tool (wrapper/ on the node's torch)" 60 make_venv
-    if [ -x "$VENV/bin/torchmpi" ] && "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
+    if [ "$LAST_STATUS" = PASS ] && [ -x "$VENV/bin/torchmpi" ]; then
         PY="$VENV/bin/python"
         export PY PATH="$VENV/bin:$PATH"  # torchmpi and this python first, for the tests too
     fi
@@ -198,7 +204,7 @@ install_deps() {
 if [ -n "$PY" ]; then
     TAIL=10 step "Python dependencies (pip --no-index from wheels/)" 60 install_deps
 else
-    skip "Python dependencies" "no venv with torch: the tool's steps cannot run"
+    skip "Python dependencies (pip --no-index from wheels/)" "$NOPY"
 fi
 
 TORCHMPI="$VENV/bin/torchmpi"
@@ -234,9 +240,9 @@ if [ -n "$PY" ] && [ "$GPU" = 1 ]; then
     graph=$LAST_LOG
     step "allreduce nccl --blocking (1 rank)" 60 "$TORCHMPI" "${AR[@]}" --blocking
     compare "$eager" "$graph" "$LAST_LOG" >"$WORK/compare.md" 2>&1
-elif [ -n "$PY" ]; then
+else
     for mode in eager "--graph 5" --blocking; do
-        skip "allreduce nccl $mode (1 rank)" "no GPU: torch.cuda.is_available() is False"
+        skip "allreduce nccl $mode (1 rank)" "$([ "$GPU" = 1 ] && echo "$NOPY" || echo "$NOGPU")"
     done
 fi
 
@@ -248,7 +254,10 @@ if [ -n "$PY" ] && "$PY" -c 'import pytest' >/dev/null 2>&1; then
     step "GPU tests: doctor (tests/test_doctor_gpu.py)" 90 \
         "${PYTEST[@]}" tests/test_doctor_gpu.py
 else
-    skip "GPU tests" "no pytest (put its wheels in wheels/)"
+    why="no pytest (put its wheels in wheels/)"
+    [ -z "$PY" ] && why=$NOPY
+    skip "GPU tests: allreduce (-k on_a_gpu)" "$why"
+    skip "GPU tests: doctor (tests/test_doctor_gpu.py)" "$why"
 fi
 
 # --- 5. the doctor: no site with its probes, then each shipped site design (static) -------
@@ -261,6 +270,11 @@ if [ -n "$PY" ]; then
         VERDICT="FAIL checks" FILTER='^(FAIL|WARN) |^ +fix:|PASS,|rror' \
             step "doctor --site $site --no-probe" 20 "$TORCHMPI" doctor --site "$site" \
             --no-probe
+    done
+else
+    skip "doctor (no site, with probes)" "$NOPY"
+    for file in sites/*.yaml; do
+        skip "doctor --site $(basename "$file" .yaml) --no-probe" "$NOPY"
     done
 fi
 
@@ -275,6 +289,10 @@ if [ -n "$PY" ] && [ "$GPU" = 1 ]; then
     TAIL=15 step "allreduce nccl eager under torchrun (1 rank)" 60 \
         "$PY" -m torch.distributed.run --standalone --nproc-per-node 1 --no-python \
         "$TORCHMPI" "${AR[@]}" --sizes 8,1M,1G
+else
+    why=$([ "$GPU" = 1 ] && echo "$NOPY" || echo "$NOGPU")
+    skip "allreduce nccl --graph 5 under mpirun -n 1" "$why"
+    skip "allreduce nccl eager under torchrun (1 rank)" "$why"
 fi
 
 # --- 6b. the MPI backend with CUDA tensors: only a torch built with MPI has one ------------
@@ -288,6 +306,8 @@ if [ -n "$PY" ] && [ "$GPU" = 1 ]; then
         skip "allreduce mpi --device cuda" \
             "this torch has no MPI backend (or no mpirun): the patched py-torch is not here"
     fi
+else
+    skip "allreduce mpi --device cuda" "$([ "$GPU" = 1 ] && echo "$NOPY" || echo "$NOGPU")"
 fi
 
 # --- 7. nccl-tests, only where a source tree is at hand ----------------------------------
