@@ -72,10 +72,19 @@ def _rows(stdout: str) -> list[list[str]]:
     return [line.split() for line in stdout.splitlines() if line and not line.startswith("#")]
 
 
-def test_gloo_under_mpirun_checks_and_reports(tmp_path):
-    out_csv = tmp_path / "ar.csv"
-    proc = mpirun(2, TORCHMPI, "allreduce", "--backend", "gloo", "--sizes", "8,4K,1M",
-                  "--warmup", "1", "--iters", "3", "--csv", str(out_csv))
+@pytest.fixture(scope="module")
+def gloo_run_blocking_with_csv(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """One 2-rank gloo job under mpirun, read by two tests (what a run checks and reports,
+    its header's floor and timing mode): one mpirun, not two.  ``--blocking`` changes
+    when the clock waits for the device, nothing the first test reads; eager's header is
+    test_one_rank_prints_algbw_as_bytes_over_time's."""
+    out_csv = tmp_path_factory.mktemp("gloo-run") / "ar.csv"
+    return mpirun(2, TORCHMPI, "allreduce", "--backend", "gloo", "--sizes", "8,4K,1M",
+                  "--warmup", "1", "--iters", "3", "--blocking", "--csv", str(out_csv)), out_csv
+
+
+def test_gloo_under_mpirun_checks_and_reports(gloo_run_blocking_with_csv):
+    proc, out_csv = gloo_run_blocking_with_csv
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "launcher=openmpi" in out and "ranks=2" in out
@@ -534,14 +543,13 @@ def test_one_rank_prints_algbw_as_bytes_over_time():
     assert report["mode"] == "eager" and report["floor_us"] > 0
 
 
-def test_gloo_run_prints_the_floor_and_blocking_mode_in_its_header():
-    proc = mpirun(2, TORCHMPI, "allreduce", "--sizes", "8,4K", "--warmup", "1", "--iters",
-                  "2", "--blocking")
+def test_gloo_run_prints_the_floor_and_blocking_mode_in_its_header(gloo_run_blocking_with_csv):
+    proc, _ = gloo_run_blocking_with_csv
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "# timing: blocking" in proc.stdout
     floor = [line for line in proc.stdout.splitlines() if line.startswith("# per-call floor:")]
     assert len(floor) == 1 and float(floor[0].split()[3]) > 0, proc.stdout
-    assert [r[-1] for r in _rows(proc.stdout)] == ["OK", "OK"]
+    assert [r[-1] for r in _rows(proc.stdout)] == ["OK", "OK", "OK"]
 
 
 @pytest.mark.parametrize(("args", "words"), [
@@ -595,7 +603,8 @@ REDUCE = """
 import json, sys
 import torch.distributed as dist
 from torchmpi import allreduce
-dist.init_process_group("gloo")
+from torchmpi.dist import init_distributed
+init_distributed("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 times = [float(t) for t in sys.argv[2].split(",")]
 out = {how: allreduce._reduce_time(times[rank], how, world, "cpu")
@@ -609,14 +618,13 @@ dist.destroy_process_group()
 
 def test_time_reduction_over_real_ranks(tmp_path: Path) -> None:
     """Three gloo ranks with times 2, 6, 1 (rank 0 not the extreme): avg divides by
-    the ranks, max and min pick ranks 1 and 2, rank0 is rank 0's."""
+    the ranks, max and min pick ranks 1 and 2, rank0 is rank 0's.  Under mpirun, whose
+    launcher is no Python that imports torch (torchrun's is: the launchers have tests
+    of their own)."""
     script = tmp_path / "reduce.py"
     script.write_text(REDUCE)
     out = tmp_path / "out.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
-         str(script), str(out), "2,6,1"],
-        capture_output=True, text=True, timeout=300, check=False)
+    proc = mpirun(3, sys.executable, str(script), str(out), "2,6,1", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(out.read_text())
     assert got == {"avg": 3.0, "max": 6.0, "min": 1.0, "rank0": 2.0}
