@@ -7,9 +7,13 @@ other data than it was built from -- is a torchmpi bug, reported as such
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from torchmpi import parseback
 from torchmpi.errors import InternalError
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize(("name", "text", "data", "message"), [
@@ -42,3 +46,20 @@ def test_a_good_text_of_every_format_passes() -> None:
     parseback.check("constraints.txt", "# c\ntorch==2.1\nnumpy==1.25.2\n",
                     {"torch": "2.1", "numpy": "1.25.2"})
     parseback.check("Containerfile", "not checked here\n")  # its module parses it back
+
+
+def test_the_yaml_parse_back_reads_what_pyyaml_reads() -> None:
+    """Parse-back reads with libyaml where PyYAML has it: every committed environment's
+    YAML loads to the same data as with PyYAML's own parser, and a text libyaml refuses
+    is still a torchmpi bug."""
+    import yaml
+
+    files = sorted((ROOT / "environments").glob("*/*.yaml"))
+    assert len(files) >= 9
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        parseback.yaml_text(text, yaml.load(text, Loader=yaml.SafeLoader), str(path))
+    if yaml.__with_libyaml__:
+        assert parseback.SAFE_LOADER is yaml.CSafeLoader
+    with pytest.raises(InternalError, match="text is not valid YAML"):
+        parseback.yaml_text("a: [1, 2\n", None, "x.yaml")

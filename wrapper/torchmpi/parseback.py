@@ -45,9 +45,19 @@ def _loads_back(text: str, expected: Any, name: str, loads: Callable[[str], Any]
                             f" built from; {_NOTHING}")
 
 
+#: libyaml's parser where PyYAML was built with it (PyPI's wheels are), else PyYAML's own:
+#: both feed the same safe constructor and resolver, and libyaml reads a rendered
+#: spack.yaml about ten times faster (0.2 ms against 2.3), once per file every render.
+SAFE_LOADER: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _yaml_loads(text: str) -> Any:
+    return yaml.load(text, Loader=SAFE_LOADER)  # a safe loader: see SAFE_LOADER
+
+
 def yaml_text(text: str, expected: Any, name: str) -> None:
     """The text must be YAML and, unless ``expected`` is None, load to exactly it."""
-    _loads_back(text, expected, name, yaml.safe_load, yaml.YAMLError, "text is not valid YAML")
+    _loads_back(text, expected, name, _yaml_loads, yaml.YAMLError, "text is not valid YAML")
 
 
 def toml_text(text: str, expected: Any, name: str) -> None:
