@@ -8,6 +8,7 @@ torch without an MPI backend, Debian's Open MPI without CUDA).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from support.doctor_inputs import mapped_at
 from support.host_tools import path_without
 from support.mpi_launch import TORCHMPI, job_env
 from torchmpi import doctor
+from torchmpi.cli import main
 from torchmpi.doctor import container, gpu, mpi, nccl, network, origin, probe, site_env
 from torchmpi.doctor.core import CommandResult, job_nodes, run_command, version_tuple
 from torchmpi.doctor.probe import OK_MARK
@@ -306,6 +308,24 @@ def doctor_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=180, check=False)
 
 
+def doctor_in_process(monkeypatch, capsys, *args: str, **env: str) -> tuple[int, str]:
+    """``torchmpi doctor`` through :func:`torchmpi.cli.main` in this process, with the
+    environment ``doctor_cli`` would give the child (restored after the test).
+
+    For tests whose claim is the report's content: the worker has imported torch already,
+    so only the probe children pay for it.  The doctor starts no process group here (its
+    probes are children); the console script's exit codes stay proven by the
+    ``doctor_cli`` tests."""
+    want = job_env(**env)
+    for name in set(os.environ) - set(want):
+        monkeypatch.delenv(name)
+    for name, value in want.items():
+        monkeypatch.setenv(name, value)
+    capsys.readouterr()
+    status = main(["doctor", *args])
+    return status, capsys.readouterr().out
+
+
 def test_doctor_cli_on_this_machine():
     """The pip CPU torch has no MPI backend: FAIL with the fix, exit status 1."""
     proc = doctor_cli("--json", "--site", "derecho", "--nccl-log",
@@ -326,15 +346,15 @@ def test_doctor_cli_on_this_machine():
     assert "NCCL_CROSS_NIC" not in checks["site.env"]["detail"]  # that one is set
 
 
-def test_pip_stack_without_a_site_gets_one_verdict_and_one_fix(tmp_path):
+def test_pip_stack_without_a_site_gets_one_verdict_and_one_fix(tmp_path, monkeypatch, capsys):
     """The pip torch (no MPI backend) with Debian's Open MPI on PATH and no
     --site: backend.mpi is the one FAIL; mpi.*, probe.mpi and site.prefix SKIP.  The
     GPU check reads nvidia-smi, so it is hidden: the verdicts must not depend on
     whether this host has a CUDA driver."""
     path = path_without(tmp_path / "bin", "nvidia-smi", path=job_env()["PATH"])
-    proc = doctor_cli("--json", PATH=path)
-    assert proc.returncode == 1, proc.stderr
-    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    status, out = doctor_in_process(monkeypatch, capsys, "--json", PATH=path)
+    assert status == 1, out
+    checks = {c["name"]: c for c in json.loads(out)["checks"]}
     failed = [n for n, c in checks.items() if c["status"] == "FAIL"]
     assert failed == ["backend.mpi"], failed
     assert "pip" in checks["backend.mpi"]["fix"]
@@ -343,16 +363,17 @@ def test_pip_stack_without_a_site_gets_one_verdict_and_one_fix(tmp_path):
     assert "no site given" in checks["site.prefix"]["detail"]
 
 
-def test_doctor_cli_table_and_site_mismatch(tmp_path):
+def test_doctor_cli_table_and_site_mismatch(tmp_path, monkeypatch, capsys):
     site = tmp_path / "mysite.yaml"
     site.write_text((ROOT / "sites" / "generic-ib.yaml").read_text().replace(
         "name: generic-ib", "name: mysite"))
     want = site_env.load_expectation(str(site)).env
     name, value = next(iter(want.items()))
-    proc = doctor_cli("--site", str(site), "--no-probe", **{name: value + "0"})
-    assert proc.returncode == 1
-    assert "FAIL  site.env" in proc.stdout
-    assert f"{name}={value}0 (want {value})" in proc.stdout
+    status, out = doctor_in_process(monkeypatch, capsys, "--site", str(site), "--no-probe",
+                                    **{name: value + "0"})
+    assert status == 1
+    assert "FAIL  site.env" in out
+    assert f"{name}={value}0 (want {value})" in out
 
 
 @pytest.mark.parametrize(("text", "words"), [
