@@ -8,17 +8,16 @@ torch without an MPI backend, Debian's Open MPI without CUDA).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from support.doctor_inputs import mapped_at
+from support.doctor_run import doctor_in_process
 from support.host_tools import path_without
 from support.mpi_launch import TORCHMPI, job_env
 from torchmpi import doctor
-from torchmpi.cli import main
 from torchmpi.doctor import container, gpu, mpi, nccl, network, origin, probe, site_env
 from torchmpi.doctor.core import CommandResult, job_nodes, run_command, version_tuple
 from torchmpi.doctor.probe import OK_MARK
@@ -306,24 +305,6 @@ def test_pip_stack_fails_once_with_one_fix():
 def doctor_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([TORCHMPI, "doctor", *args], env=job_env(**env),
                           capture_output=True, text=True, timeout=180, check=False)
-
-
-def doctor_in_process(monkeypatch, capsys, *args: str, **env: str) -> tuple[int, str]:
-    """``torchmpi doctor`` through :func:`torchmpi.cli.main` in this process, with the
-    environment ``doctor_cli`` would give the child (restored after the test).
-
-    For tests whose claim is the report's content: the worker has imported torch already,
-    so only the probe children pay for it.  The doctor starts no process group here (its
-    probes are children); the console script's exit codes stay proven by the
-    ``doctor_cli`` tests."""
-    want = job_env(**env)
-    for name in set(os.environ) - set(want):
-        monkeypatch.delenv(name)
-    for name, value in want.items():
-        monkeypatch.setenv(name, value)
-    capsys.readouterr()
-    status = main(["doctor", *args])
-    return status, capsys.readouterr().out
 
 
 def test_doctor_cli_on_this_machine():
