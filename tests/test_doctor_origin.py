@@ -8,14 +8,13 @@ torch's file; with the install tree where that torch is, it must PASS.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from support.doctor_run import doctor_in_process
 from support.host_tools import local_data
-from support.mpi_launch import TORCHMPI, job_env
 from torchmpi.doctor.core import FAIL, PASS, SKIP
 from torchmpi.doctor.origin import check_site_prefix, install_root
 
@@ -28,16 +27,16 @@ def site_with_root(tmp_path: Path, root: str) -> Path:
     return path
 
 
-def doctor_site_prefix(site: Path) -> dict:
-    proc = subprocess.run([TORCHMPI, "doctor", "--json", "--no-probe", "--site", str(site)],
-                          env=job_env(), capture_output=True, text=True, timeout=300,
-                          check=False)
-    report = json.loads(proc.stdout)
-    return next(c for c in report["checks"] if c["name"] == "site.prefix")
+def doctor_site_prefix(monkeypatch, capsys, site: str) -> dict:
+    """site.prefix of the real doctor on this checkout's torch, run in-process
+    (support.doctor_run): the claim is the report's verdict, not the process."""
+    _, out = doctor_in_process(monkeypatch, capsys, "--json", "--no-probe", "--site", site)
+    return next(c for c in json.loads(out)["checks"] if c["name"] == "site.prefix")
 
 
-def test_a_pip_torch_outside_the_site_tree_fails(tmp_path):
-    check = doctor_site_prefix(site_with_root(tmp_path, str(tmp_path / "site-install")))
+def test_a_pip_torch_outside_the_site_tree_fails(tmp_path, monkeypatch, capsys):
+    check = doctor_site_prefix(monkeypatch, capsys,
+                               str(site_with_root(tmp_path, str(tmp_path / "site-install"))))
     assert check["status"] == FAIL, check
     import torch
 
@@ -45,8 +44,8 @@ def test_a_pip_torch_outside_the_site_tree_fails(tmp_path):
     assert "torchmpi venv" in check["fix"]
 
 
-def test_torch_inside_the_site_tree_passes(tmp_path):
-    check = doctor_site_prefix(site_with_root(tmp_path, sys.prefix))
+def test_torch_inside_the_site_tree_passes(tmp_path, monkeypatch, capsys):
+    check = doctor_site_prefix(monkeypatch, capsys, str(site_with_root(tmp_path, sys.prefix)))
     assert check["status"] == PASS, check
 
 
@@ -75,11 +74,8 @@ def test_a_site_without_install_root_says_so_not_give_site():
     assert "site generic-ib states no install.root" in check.detail
 
 
-def test_a_site_without_install_root_on_the_command_line():
-    proc = subprocess.run([TORCHMPI, "doctor", "--json", "--no-probe", "--site", "generic-ib"],
-                          env=job_env(), capture_output=True, text=True, timeout=300,
-                          check=False)
-    check = next(c for c in json.loads(proc.stdout)["checks"] if c["name"] == "site.prefix")
+def test_a_site_without_install_root_on_the_command_line(monkeypatch, capsys):
+    check = doctor_site_prefix(monkeypatch, capsys, "generic-ib")
     assert check["status"] == SKIP and "give --site" not in check["detail"], check
     assert "generic-ib states no install.root" in check["detail"]
 
