@@ -149,3 +149,20 @@ def test_a_deep_block_mapping_is_refused_at_the_key_past_the_limit(tmp_path: Pat
     # k0 sits beside `name` (level 1), so k<depth>, on line depth + 2 in column depth + 1,
     # is the first key past the limit
     assert message.startswith(f"site.yaml:{depth + 2}:{depth + 1}: nested too deeply"), message
+
+
+def test_a_file_parsed_again_is_the_same_data_and_no_caller_sees_anothers_changes(
+        tmp_path: Path) -> None:
+    """parse keeps a file's parse for its path and text: a second parse of the same text
+    gives equal data that is not the first caller's object, and a changed file is parsed
+    again (the file is read every time)."""
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nmodules:\n  - a\n")
+    first, lines, _ = sitefile.parse(path)
+    first["modules"].append("changed by the first caller")
+    lines.clear()
+    second, lines_again, raw = sitefile.parse(path)
+    assert second == {"name": "s", "modules": ["a"]}
+    assert lines_again[("modules",)] == (2, 1) and raw == path.read_bytes()
+    path.write_text("name: s\nmodules:\n  - b\n")
+    assert sitefile.parse(path)[0]["modules"] == ["b"]

