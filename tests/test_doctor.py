@@ -18,6 +18,7 @@ from support.doctor_run import doctor_in_process
 from support.host_tools import path_without
 from support.mpi_launch import TORCHMPI, job_env
 from torchmpi import doctor
+from torchmpi.cli import main
 from torchmpi.doctor import container, gpu, mpi, nccl, network, origin, probe, site_env
 from torchmpi.doctor.core import CommandResult, job_nodes, run_command, version_tuple
 from torchmpi.doctor.probe import OK_MARK
@@ -382,6 +383,19 @@ def test_doctor_cli_unreadable_log_is_a_user_error(tmp_path):
     # the system's reason in words, not Python's "[Errno 2] ...: 'path'" repeated
     assert "cannot read: No such file or directory" in proc.stderr
     assert "Errno" not in proc.stderr
+
+
+def test_an_oserror_not_from_the_log_is_not_blamed_on_nccl_log(monkeypatch, capsys):
+    """Only the --nccl-log file's read is the user's unreadable log; an OSError from
+    anywhere else in gathering (here the site loader's) is not reported as
+    '--nccl-log None: cannot read', it propagates as the bug it is."""
+    def broken(_name):
+        raise FileNotFoundError(2, "No such file or directory", "/x/torch-releases.yaml")
+
+    monkeypatch.setattr(site_env, "load_expectation", broken)
+    with pytest.raises(FileNotFoundError):
+        main(["doctor", "--no-probe", "--site", "local"])
+    assert "--nccl-log" not in capsys.readouterr().err
 
 
 def test_doctor_help_has_description_example_and_defaults():

@@ -6,7 +6,6 @@ import argparse
 import textwrap
 
 from torchmpi.commands import arguments
-from torchmpi.errors import UserError
 
 EXAMPLES = """\
 examples:
@@ -47,12 +46,8 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from torchmpi import doctor
 
-    try:
-        inputs = doctor.gather(site=args.site, nccl_log=args.nccl_log,
-                               run_probes=not args.no_probe)
-    except OSError as err:
-        raise UserError(f"--nccl-log {args.nccl_log}: cannot read: "
-                        f"{err.strerror or err}") from None
+    inputs = doctor.gather(site=args.site, nccl_log=args.nccl_log,
+                           run_probes=not args.no_probe)
     checks = doctor.run_checks(inputs)
     print(doctor.to_json(checks) if args.json else doctor.format_table(checks))
     return doctor.exit_status(checks)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from torchmpi.doctor import container, core, gpu, mpi, nccl, network, origin, probe, rocm, site_env
 from torchmpi.doctor.core import Check, CommandResult, Runner
+from torchmpi.errors import UserError
 
 
 @dataclass
@@ -49,15 +50,23 @@ def torch_ldd(info: gpu.TorchInfo, runner: Runner) -> str:
     return result.stdout if result is not None else ""
 
 
+def read_log(path: str) -> str:
+    """The ``--nccl-log`` text; an unreadable file is the user's input, said in words."""
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError as err:
+        raise UserError(f"--nccl-log {path}: cannot read: {err.strerror or err}") from None
+
+
 def gather(site: str | None = None, nccl_log: str | None = None, run_probes: bool = True,
            runner: Runner = core.run_command) -> Inputs:
     """Collect the inputs from this process and machine.
 
-    Raises :class:`torchmpi.errors.UserError` for a bad ``--site`` and
-    :class:`OSError` for an unreadable ``--nccl-log``.
+    Raises :class:`torchmpi.errors.UserError` for a bad ``--site`` or an unreadable
+    ``--nccl-log`` (only that read: any other OSError is a bug, not the user's log).
     """
     expectation = site_env.load_expectation(site) if site else None
-    log_text = Path(nccl_log).read_text(errors="replace") if nccl_log is not None else None
+    log_text = read_log(nccl_log) if nccl_log is not None else None
     info = gpu.probe_torch()
     env = dict(os.environ)
     inputs = Inputs(torch=info, env=env, runner=runner, interfaces=network.local_interfaces(),
