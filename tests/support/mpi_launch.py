@@ -50,12 +50,7 @@ def job_env(**extra: str) -> dict[str, str]:
             "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"
         ):
             del env[name]
-    # odls_base_sigkill_timeout=0: once a rank exits non-zero, Open MPI 4.1 signals the
-    # others (SIGTERM, which ends a Python rank at once, then SIGKILL) and waits this many
-    # seconds in between; its default of 1 made every failing job, even `mpirun -n 1 false`
-    # whose one rank is gone, end 2 s late (2.06 s against 0.07 s here), a dozen times in a run.
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_odls_base_sigkill_timeout="0",
                OMP_NUM_THREADS="1", PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")
     env.update(extra)
     return env
@@ -65,6 +60,12 @@ def mpirun(n: int, *argv: str, timeout: float = 180, **extra: str
            ) -> subprocess.CompletedProcess:
     exe = shutil.which("mpirun")
     assert exe, "mpirun not found: run `make setup` (scripts/check-system.sh installs it)"
+    if n == 1:
+        # Once a rank exits non-zero, Open MPI 4.1 sends the others SIGCONT, waits
+        # odls_base_sigkill_timeout (default 1 s), SIGTERM, waits again, SIGKILL: the first
+        # wait is a surviving rank's time to finish printing.  One rank has no survivor, yet
+        # `mpirun -n 1 false` still took 2.06 s (0.07 s with 0).  Several ranks keep it.
+        extra.setdefault("OMPI_MCA_odls_base_sigkill_timeout", "0")
     return subprocess.run([exe, "-n", str(n), "--oversubscribe", *argv], env=job_env(**extra),
                           capture_output=True, text=True, timeout=timeout, check=False)
 
