@@ -61,6 +61,7 @@ step() {
     local left=$((BUDGET - (SECONDS - START)))
     if [ "$left" -lt 5 ]; then
         LAST_STATUS=SKIP
+        LAST_LOG=/dev/null  # no log of this step: never an earlier step's
         skip "$name" "out of the ${BUDGET} s budget"
         return 0
     fi
@@ -124,17 +125,20 @@ print("backends: mpi", dist.is_mpi_available(), "nccl", dist.is_nccl_available()
       "gloo", dist.is_gloo_available())
 '
 GPU=0
+NOGPU="no GPU: torch.cuda.is_available() is False"
 if [ -n "$PYTHON" ]; then
     step "torch version, CUDA, NCCL" 60 "$PYTHON" -c "$TORCH_INFO"
-    # Read from that step's own output: one interpreter start that imports torch, not two.
-    if [ "$LAST_STATUS" = PASS ] && grep -q '^cuda available True ' "$LAST_LOG"; then
+    # Read from that step's own output (one interpreter start that imports torch, not
+    # two), whatever its status: the line is printed before anything after it can fail.
+    if grep -q '^cuda available True ' "$LAST_LOG"; then
         GPU=1
+    elif ! grep -q '^cuda available False ' "$LAST_LOG"; then
+        NOGPU="GPU unknown: the torch step ($LAST_STATUS) printed no 'cuda available' line"
     fi
 fi
 # Why the tool's steps below cannot run, once the venv step did not pass: each of them
 # still gets its row, so a cut run lists every step it did not reach.
 NOPY="no venv with torch (its step did not pass): the tool's steps cannot run"
-NOGPU="no GPU: torch.cuda.is_available() is False"
 
 # --- 2. the tool's Python: a venv over the node's packages, the repository's wrapper/ -----
 # The tests start `torchmpi` from beside sys.executable, so the tool gets a venv of its own
@@ -284,7 +288,7 @@ if [ -n "$PY" ] && [ "$GPU" = 1 ]; then
         TAIL=15 step "allreduce nccl --graph 5 under mpirun -n 1" 60 \
             mpirun -n 1 -x PATH "$TORCHMPI" "${AR[@]}" --sizes 8,1M,1G --graph 5
     else
-        skip "allreduce under mpirun -n 1" "no mpirun on PATH"
+        skip "allreduce nccl --graph 5 under mpirun -n 1" "no mpirun on PATH"
     fi
     TAIL=15 step "allreduce nccl eager under torchrun (1 rank)" 60 \
         "$PY" -m torch.distributed.run --standalone --nproc-per-node 1 --no-python \
@@ -303,11 +307,12 @@ if [ -n "$PY" ] && [ "$GPU" = 1 ]; then
             mpirun -n 1 -x PATH "$TORCHMPI" allreduce --backend mpi --device cuda \
             --sizes 8,1M,64M --warmup 2 --iters 10
     else
-        skip "allreduce mpi --device cuda" \
+        skip "allreduce mpi --device cuda under mpirun -n 1" \
             "this torch has no MPI backend (or no mpirun): the patched py-torch is not here"
     fi
 else
-    skip "allreduce mpi --device cuda" "$([ "$GPU" = 1 ] && echo "$NOPY" || echo "$NOGPU")"
+    skip "allreduce mpi --device cuda under mpirun -n 1" \
+        "$([ "$GPU" = 1 ] && echo "$NOPY" || echo "$NOGPU")"
 fi
 
 # --- 7. nccl-tests, only where a source tree is at hand ----------------------------------
