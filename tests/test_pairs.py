@@ -428,3 +428,17 @@ def test_both_tables_know_the_same_kinds_of_evidence() -> None:
         ran = kind == "job log"
         assert ("ran " in pairs.RCCL_EVIDENCE[kind]) == ran, kind
         assert pairs.EVIDENCE[kind].startswith("run ") == ran, kind
+
+
+def test_a_bad_rccl_row_is_only_a_slingshot_amd_sites_refusal(tmp_path, monkeypatch,
+                                                               fresh_vouched) -> None:
+    """The RCCL table is read for a Slingshot site with ROCm only: a bad row there does
+    not stop every other site (an NVIDIA site, an AMD site on InfiniBand) from loading."""
+    from torchmpi import gpuvendor
+
+    bad = ("6.2.4", "1.6.0", "-", "slingshot", "OLCF", "x.sh:1", "hearsay")
+    _package_file(tmp_path, monkeypatch, f"VOUCHED_RCCL_PAIRS = ({bad!r},)\n")
+    assert gpuvendor._rocm_vouched({"fabric": "slingshot"}, None) == []
+    assert gpuvendor._rocm_vouched({"fabric": "ib"}, "6.2.4") == []
+    with pytest.raises(UserError, match="evidence 'hearsay' is no known kind"):
+        gpuvendor._rocm_vouched({"fabric": "slingshot"}, "6.2.4")
