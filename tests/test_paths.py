@@ -88,17 +88,24 @@ def test_package_rows_say_where_each_row_is(tmp_path, monkeypatch) -> None:
     pkg = tmp_path / "spack_repo" / "torchmpi" / "packages" / "demo"
     pkg.mkdir(parents=True)
     (pkg / "package.py").write_text(
-        "ROWS = (\n    ('a', 'b'),\n  ('c',\n   'd'),\n)\nONE = 1\nBAD = (('x', y),)\n")
+        "ROWS = (\n    ('a', 'b'),\n  ('c',\n   'd'),\n)\nONE = 1\nBAD = (('x', y),)\n"
+        "SET = ({[1]},)\nWIDE = ('é', ('ü', z))\n")
     (tmp_path / "sites").mkdir()
     monkeypatch.setenv("TORCHMPI_ROOT", str(tmp_path))
     assert paths.package_file("demo") == pkg / "package.py"
     assert paths.package_rows("demo", "ROWS") == [
         paths.Row(("a", "b"), 2, 5), paths.Row(("c", "d"), 3, 3)]
     malformed = paths.MalformedTable
-    with pytest.raises(malformed, match=r"demo/package\.py:6:7: ONE is no tuple of rows"):
+    with pytest.raises(malformed, match=r"demo/package\.py:6:7: ONE is no tuple or list of"):
         paths.package_rows("demo", "ONE")
     with pytest.raises(malformed, match=r"demo/package\.py:7:8: BAD: the row is no literal"):
         paths.package_rows("demo", "BAD")
+    # a set of lists is no literal either (literal_eval raises TypeError, not ValueError)
+    with pytest.raises(malformed, match=r"demo/package\.py:8:8: SET: the row is no literal"):
+        paths.package_rows("demo", "SET")
+    # columns count characters, as an editor does, not ast's UTF-8 bytes ('é' is two)
+    with pytest.raises(malformed, match=r"demo/package\.py:9:14: WIDE: the row is no literal"):
+        paths.package_rows("demo", "WIDE")
     with pytest.raises(LookupError, match="no GONE"):
         paths.package_rows("demo", "GONE")
 

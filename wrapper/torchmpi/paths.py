@@ -97,17 +97,23 @@ def package_rows(package: str, name: str) -> list[Row]:
     or a row no literal."""
     path = package_file(package)
     node = _assigned(path, name)
+    lines = path.read_text(encoding="utf-8").splitlines()
+
+    def col(item: ast.expr) -> int:
+        # ast counts a column in UTF-8 bytes; a refusal counts characters, as editors do
+        return len(lines[item.lineno - 1].encode()[:item.col_offset].decode(errors="replace")) + 1
+
     if not isinstance(node, (ast.Tuple, ast.List)):
-        raise MalformedTable(f"{path}:{node.lineno}:{node.col_offset + 1}: {name} is no tuple"
-                         " of rows")
+        raise MalformedTable(f"{path}:{node.lineno}:{col(node)}: {name} is no tuple or list"
+                             " of rows")
     rows = []
     for elt in node.elts:
         try:
             value = ast.literal_eval(elt)
-        except ValueError:
-            raise MalformedTable(f"{path}:{elt.lineno}:{elt.col_offset + 1}: {name}: the row"
+        except (ValueError, TypeError):  # TypeError: e.g. a set of lists, {[1]}
+            raise MalformedTable(f"{path}:{elt.lineno}:{col(elt)}: {name}: the row"
                                  " is no literal") from None
-        rows.append(Row(value, elt.lineno, elt.col_offset + 1))
+        rows.append(Row(value, elt.lineno, col(elt)))
     return rows
 
 
