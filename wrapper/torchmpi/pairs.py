@@ -2,14 +2,14 @@
 
 The package (``spack_repo/torchmpi/packages/nccl_ss11/package.py``,
 ``VOUCHED_PAIRS`` and ``VOUCHED_RCCL_PAIRS``) is what Spack enforces; this
-module reads those same literals with :mod:`ast` (no Spack import, a few
-milliseconds) so that a site file pinning a pair outside them is refused when
-the site is loaded, not after a solve of minutes, and so that a Slingshot site
-naming no pair gets one that a source pairs for Slingshot.  One table, two
-readers (Spack and this module, the only one in the wrapper): they cannot
-disagree.  Each row says what kind of record vouches for it (:data:`EVIDENCE`),
-and every message words the pair as that record is: a build script or a
-deployed environment is not a run.
+module reads those same literals through :func:`torchmpi.paths.package_rows`
+(:mod:`ast`, no Spack import, a few milliseconds) so that a site file pinning a
+pair outside them is refused when the site is loaded, not after a solve of
+minutes, and so that a Slingshot site naming no pair gets one that a source
+pairs for Slingshot.  Each table has two readers, Spack and this module (the
+only one in the wrapper): they cannot disagree.  Each row says what kind of
+record vouches for it (:data:`EVIDENCE`), and every message words the pair as
+that record is: a build script or a deployed environment is not a run.
 """
 
 from __future__ import annotations

@@ -199,7 +199,7 @@ def parse(path: Path) -> tuple[dict[str, Any], dict, bytes]:
 
     The file is read every time; its parse is kept for the same path and text (a copy is
     returned, so no caller sees another's changes).  One verb parses a site once, but a
-    process that loads it again -- the test suite does, about 1800 times per ``make
+    process that loads it again -- the test suite does, about 1750 times per ``make
     check``, 12 ms each in ruamel.yaml's pure-Python composer -- parses it once."""
     raw = _read(path)
     data, lines = _parsed(path, _decode(path, raw), MAX_DEPTH)
