@@ -166,3 +166,20 @@ def test_a_file_parsed_again_is_the_same_data_and_no_caller_sees_anothers_change
     assert lines_again[("modules",)] == (2, 1) and raw == path.read_bytes()
     path.write_text("name: s\nmodules:\n  - b\n")
     assert sitefile.parse(path)[0]["modules"] == ["b"]
+
+
+def test_the_same_text_at_the_same_path_is_composed_once(tmp_path: Path) -> None:
+    """The claim behind the cache, apart from the copies: a second parse of an unchanged
+    file reuses the first one's work; the same text at another path, or under another
+    depth limit, does not."""
+    path = tmp_path / "once.yaml"
+    path.write_text("name: once\n")
+    sitefile.parse(path)
+    before = sitefile._parsed.cache_info()
+    sitefile.parse(path)
+    after = sitefile._parsed.cache_info()
+    assert (after.hits, after.misses) == (before.hits + 1, before.misses)
+    other = tmp_path / "twice.yaml"
+    other.write_text("name: once\n")
+    sitefile.parse(other)
+    assert sitefile._parsed.cache_info().misses == after.misses + 1
