@@ -131,3 +131,70 @@ def test_a_torch_step_that_prints_nothing_leaves_the_gpu_unknown(tmp_path):
     assert "GPU unknown: the torch step (FAIL (exit 1))" in why, report
     assert "no GPU:" not in report, report
     assert "no venv with torch" in rows["doctor (no site, with probes)"][1], report
+
+
+#: The interpreter the script is given (PYTHON) in the torch-import count: it logs each
+#: start (its process id and arguments, one line) and runs the test's own python in the
+#: same process (exec), until the venv is asked for: from then on it refuses, so the venv
+#: step fails and every step after it is skipped without starting one interpreter.
+_PYTHON_LOGGER = """#!/usr/bin/env bash
+if [ -e "$LOG.venv" ]; then printf 'refused %s\\n' "$(printf '%q ' "$@")" >>"$LOG"; exit 1; fi
+case " $* " in *" -m venv "*) : >"$LOG.venv"; echo venv >>"$LOG"; exit 1 ;; esac
+printf 'call %s %s\\n' "$$" "$(printf '%q ' "$@")" >>"$LOG"
+exec "$REAL_PYTHON" "$@"
+"""
+
+#: On PYTHONPATH (which the script keeps for every interpreter it starts): each process
+#: that imports torch writes its id once, whichever interpreter it is.
+_TORCH_WATCH = """import os, sys
+
+
+class _TorchWatch:
+    seen = False
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and not self.seen:
+            self.seen = True
+            with open(os.environ["LOG"], "a") as log:
+                log.write(f"torch {os.getpid()}\\n")
+        return None
+
+
+sys.meta_path.insert(0, _TorchWatch())
+"""
+
+
+def test_torch_is_started_once_to_find_the_gpu(tmp_path):
+    """The GPU is read from the torch step's own log: one interpreter that imports torch
+    (seconds of a node's time, more on a shared file system), not a second probe.  Every
+    interpreter start through PYTHON is logged and every process that imports torch says
+    so: up to the venv step, one of each, the same process, the torch step's."""
+    python = tmp_path / "python"
+    python.write_text(_PYTHON_LOGGER)
+    python.chmod(0o755)
+    watch = tmp_path / "watch"
+    watch.mkdir()
+    (watch / "sitecustomize.py").write_text(_TORCH_WATCH)
+    log = tmp_path / "starts.log"
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "PYTHON": str(python), "LOG": str(log),
+           "REAL_PYTHON": sys.executable, "GPU_CHECK_BUDGET": "60",
+           "PYTHONPATH": os.pathsep.join([str(watch), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(["bash", str(SCRIPT)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = log.read_text().splitlines()
+    assert "venv" in lines, lines  # the run got as far as the venv step
+    before = lines[:lines.index("venv")]
+    probes = [line.split(" ", 2) for line in before
+              if line.startswith("call ") and "torch" in line]
+    assert len(probes) == 1, before  # one start that imports torch, not two
+    assert "is_available()" in probes[0][2], probes  # the torch step's code
+    imported = [line.split()[1] for line in lines if line.startswith("torch ")]
+    assert imported == [probes[0][1]], lines  # and it is the only process that did
+    # After it, PYTHON is asked for torch once more only by the venv step's own check
+    # (torch and the tool load in the venv), which the logger refuses.
+    later = [line for line in lines[lines.index("venv"):] if "torch" in line]
+    assert all(line.startswith("refused ") and "torchmpi" in line for line in later), later
+    report = (out / "gpu-report.md").read_text()
+    assert "| torch version, CUDA, NCCL | PASS |" in report, report
