@@ -110,6 +110,32 @@ def test_package_rows_say_where_each_row_is(tmp_path, monkeypatch) -> None:
         paths.package_rows("demo", "GONE")
 
 
+def test_package_rows_read_the_file_once(tmp_path, monkeypatch) -> None:
+    """The rows and their columns come from one read of the package file: the tree
+    ``ast`` parses and the lines a column is counted in are the same text, never two
+    reads of a file that may change between them (an edit saved during a load)."""
+    import builtins
+    import io
+
+    pkg = tmp_path / "spack_repo" / "torchmpi" / "packages" / "demo"
+    pkg.mkdir(parents=True)
+    (pkg / "package.py").write_text("ROWS = (\n    ('é', 'b'),\n)\n")
+    (tmp_path / "sites").mkdir()
+    monkeypatch.setenv("TORCHMPI_ROOT", str(tmp_path))
+    opened = []
+    real_open = io.open
+
+    def counting_open(file, *args, **kwargs):
+        if isinstance(file, (str, Path)) and Path(file) == pkg / "package.py":
+            opened.append(file)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(io, "open", counting_open)
+    monkeypatch.setattr(builtins, "open", counting_open)
+    assert paths.package_rows("demo", "ROWS") == [paths.Row(("é", "b"), 2, 5)]
+    assert len(opened) == 1, opened
+
+
 def test_spackrun_and_fixture_use_the_resolver(spack) -> None:
     """The Spack the tests run is the one torchmpi concretize runs."""
     from torchmpi import spackrun

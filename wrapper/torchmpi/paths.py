@@ -59,10 +59,11 @@ def package_file(package: str) -> Path:
     return torchmpi_repo() / "packages" / package / "package.py"
 
 
-def _assigned(path: Path, name: str) -> ast.expr:
-    """The value of the top-level ``name = ...`` of ``path``; the first target only
-    (``Y = Z = 1`` names Y), an annotated one not (``X: int = 0`` is no table)."""
-    for node in ast.parse(path.read_text()).body:
+def _assigned(path: Path, text: str, name: str) -> ast.expr:
+    """The value of the top-level ``name = ...`` of ``text`` (the file ``path``, which
+    the caller has read); the first target only (``Y = Z = 1`` names Y), an annotated
+    one not (``X: int = 0`` is no table)."""
+    for node in ast.parse(text).body:
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == name:
             return node.value
     raise LookupError(f"{path}: no {name}")
@@ -73,7 +74,8 @@ def package_constant(package: str, name: str) -> Any:
     ``packages/<package>/package.py``, read with :mod:`ast`: the file imports Spack,
     and the wrapper reads its tables without it.  OSError where the file cannot be
     read, LookupError where it has no such literal."""
-    return ast.literal_eval(_assigned(package_file(package), name))
+    path = package_file(package)
+    return ast.literal_eval(_assigned(path, path.read_text(encoding="utf-8"), name))
 
 
 class MalformedTable(ValueError):
@@ -94,10 +96,12 @@ def package_rows(package: str, name: str) -> list[Row]:
     ``packages/<package>/package.py``, each with its line and column, so that a refusal
     of one row can point at it.  OSError and LookupError as :func:`package_constant`;
     :class:`MalformedTable` (naming file:line:col) where the value is no tuple or list,
-    or a row no literal."""
+    or a row no literal.  The file is read once: the tree and the lines its columns are
+    counted in are the same text."""
     path = package_file(package)
-    node = _assigned(path, name)
-    lines = path.read_text(encoding="utf-8").splitlines()
+    text = path.read_text(encoding="utf-8")
+    node = _assigned(path, text, name)
+    lines = text.splitlines()
 
     def col(item: ast.expr) -> int:
         # ast counts a column in UTF-8 bytes; a refusal counts characters, as editors do
