@@ -115,7 +115,8 @@ def vouched_rccl() -> tuple[RcclPair, ...]:
     file or the table is absent (an installed tool without the checkout's repository:
     no rule of an AMD site then reads them)."""
     try:
-        rows = _rows("VOUCHED_RCCL_PAIRS", lambda row: f"ROCm {row[0]}")
+        rows = _rows(paths.package_file(_PACKAGE), "VOUCHED_RCCL_PAIRS",
+                     lambda row: f"ROCm {row[0]}")
     except (OSError, LookupError):
         return ()
     return tuple(RcclPair(*row) for row in rows)
@@ -126,12 +127,11 @@ def rccl(rocm: str) -> RcclPair | None:
     return next((p for p in vouched_rccl() if p.rocm == rocm), None)
 
 
-def _rows(table: str, which: Callable[[tuple], str]) -> list[tuple]:
+def _rows(path: Path, table: str, which: Callable[[tuple], str]) -> list[tuple]:
     """The rows of nccl-ss11's ``table``, read by :func:`torchmpi.paths.package_rows` (the
     one parser of a package's literals), each row's evidence checked (:func:`_evidence`,
     the row named by ``which``); a malformed table is the checkout's error, said at its
-    line and column."""
-    path = paths.package_file(_PACKAGE)
+    line and column.  ``path`` is the package file as the caller's messages name it."""
     try:
         rows = paths.package_rows(_PACKAGE, table)
     except paths.MalformedTable as err:
@@ -164,7 +164,8 @@ def vouched() -> tuple[Pair, ...]:
     """Every vouched pair, newest NCCL first, then newest plugin."""
     path = paths.package_file(_PACKAGE)
     try:
-        rows = _rows("VOUCHED_PAIRS", lambda row: "NCCL " + " with ".join(map(str, row[:2])))
+        rows = _rows(path, "VOUCHED_PAIRS",
+                     lambda row: "NCCL " + " with ".join(map(str, row[:2])))
     except OSError as err:
         raise UserError(f"{path}: cannot read the vouched NCCL pairs: {err.strerror}") from None
     except LookupError:
