@@ -16,6 +16,7 @@ from torchmpi.dist import (
     export_env,
     fallback_rendezvous,
     first_slurm_host,
+    init_distributed,
     launch_from_env,
 )
 
@@ -247,20 +248,12 @@ def test_mpi_rendezvous_is_loopback_only_when_every_rank_shares_the_host(per_nod
 # One rank has no peer to agree on a port with: it must not need the fixed default one,
 # which another one-rank job on the same host (a login node, a GPU check, a concurrent
 # test) may hold.
-SINGLE = """
-import torch.distributed as dist
-from torchmpi.dist import init_distributed
-launch = init_distributed("gloo")
-print("PORT", launch.master_port, dist.get_world_size())
-dist.destroy_process_group()
-"""
-
-
 def test_a_single_rank_does_not_need_the_default_port():
+    """In the worker (support.cli_run's job_process): a real gloo group of one, no launcher."""
     import socket
-    import subprocess
 
-    from support.mpi_launch import job_env
+    import torch.distributed as dist
+    from support.cli_run import job_process
 
     holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
@@ -269,13 +262,13 @@ def test_a_single_rank_does_not_need_the_default_port():
             holder.listen(1)
         except OSError:
             pass  # already held by someone else: the case this test is about
-        proc = subprocess.run([sys.executable, "-c", SINGLE], env=job_env(),
-                              capture_output=True, text=True, timeout=120, check=False)
+        with job_process():
+            launch = init_distributed("gloo")
+            world = dist.get_world_size()
+            dist.destroy_process_group()
     finally:
         holder.close()
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    port = int(proc.stdout.split()[1])
-    assert port != DEFAULT_PORT and proc.stdout.split()[2] == "1", proc.stdout
+    assert launch.master_port != DEFAULT_PORT and world == 1, launch
 
 
 # --- which GPU a rank takes, when nodes differ ----------------------------------------

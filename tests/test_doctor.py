@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.cli_run import doctor_in_process
 from support.doctor_inputs import mapped_at
-from support.doctor_run import doctor_in_process
 from support.host_tools import path_without
 from support.mpi_launch import TORCHMPI, job_env
 from torchmpi import doctor
@@ -328,13 +328,13 @@ def test_doctor_cli_on_this_machine():
     assert "NCCL_CROSS_NIC" not in checks["site.env"]["detail"]  # that one is set
 
 
-def test_pip_stack_without_a_site_gets_one_verdict_and_one_fix(tmp_path, monkeypatch, capsys):
+def test_pip_stack_without_a_site_gets_one_verdict_and_one_fix(tmp_path, capsys):
     """The pip torch (no MPI backend) with Debian's Open MPI on PATH and no
     --site: backend.mpi is the one FAIL; mpi.*, probe.mpi and site.prefix SKIP.  The
     GPU check reads nvidia-smi, so it is hidden: the verdicts must not depend on
     whether this host has a CUDA driver."""
     path = path_without(tmp_path / "bin", "nvidia-smi", path=job_env()["PATH"])
-    status, out = doctor_in_process(monkeypatch, capsys, "--json", PATH=path)
+    status, out = doctor_in_process(capsys, "--json", PATH=path)
     assert status == 1, out
     checks = {c["name"]: c for c in json.loads(out)["checks"]}
     failed = [n for n, c in checks.items() if c["status"] == "FAIL"]
@@ -345,13 +345,13 @@ def test_pip_stack_without_a_site_gets_one_verdict_and_one_fix(tmp_path, monkeyp
     assert "no site given" in checks["site.prefix"]["detail"]
 
 
-def test_doctor_cli_table_and_site_mismatch(tmp_path, monkeypatch, capsys):
+def test_doctor_cli_table_and_site_mismatch(tmp_path, capsys):
     site = tmp_path / "mysite.yaml"
     site.write_text((ROOT / "sites" / "generic-ib.yaml").read_text().replace(
         "name: generic-ib", "name: mysite"))
     want = site_env.load_expectation(str(site)).env
     name, value = next(iter(want.items()))
-    status, out = doctor_in_process(monkeypatch, capsys, "--site", str(site), "--no-probe",
+    status, out = doctor_in_process(capsys, "--site", str(site), "--no-probe",
                                     **{name: value + "0"})
     assert status == 1
     assert "FAIL  site.env" in out

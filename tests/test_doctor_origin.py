@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.doctor_run import doctor_in_process
+from support.cli_run import doctor_in_process
 from support.host_tools import local_data
 from torchmpi.doctor.core import FAIL, PASS, SKIP
 from torchmpi.doctor.origin import check_site_prefix, install_root
@@ -27,15 +27,15 @@ def site_with_root(tmp_path: Path, root: str) -> Path:
     return path
 
 
-def doctor_site_prefix(monkeypatch, capsys, site: str) -> dict:
+def doctor_site_prefix(capsys, site: str) -> dict:
     """site.prefix of the real doctor on this checkout's torch, run in-process
-    (support.doctor_run): the claim is the report's verdict, not the process."""
-    _, out = doctor_in_process(monkeypatch, capsys, "--json", "--no-probe", "--site", site)
+    (support.cli_run): the claim is the report's verdict, not the process."""
+    _, out = doctor_in_process(capsys, "--json", "--no-probe", "--site", site)
     return next(c for c in json.loads(out)["checks"] if c["name"] == "site.prefix")
 
 
-def test_a_pip_torch_outside_the_site_tree_fails(tmp_path, monkeypatch, capsys):
-    check = doctor_site_prefix(monkeypatch, capsys,
+def test_a_pip_torch_outside_the_site_tree_fails(tmp_path, capsys):
+    check = doctor_site_prefix(capsys,
                                str(site_with_root(tmp_path, str(tmp_path / "site-install"))))
     assert check["status"] == FAIL, check
     import torch
@@ -44,8 +44,8 @@ def test_a_pip_torch_outside_the_site_tree_fails(tmp_path, monkeypatch, capsys):
     assert "torchmpi venv" in check["fix"]
 
 
-def test_torch_inside_the_site_tree_passes(tmp_path, monkeypatch, capsys):
-    check = doctor_site_prefix(monkeypatch, capsys, str(site_with_root(tmp_path, sys.prefix)))
+def test_torch_inside_the_site_tree_passes(tmp_path, capsys):
+    check = doctor_site_prefix(capsys, str(site_with_root(tmp_path, sys.prefix)))
     assert check["status"] == PASS, check
 
 
@@ -74,8 +74,8 @@ def test_a_site_without_install_root_says_so_not_give_site():
     assert "site generic-ib states no install.root" in check.detail
 
 
-def test_a_site_without_install_root_on_the_command_line(monkeypatch, capsys):
-    check = doctor_site_prefix(monkeypatch, capsys, "generic-ib")
+def test_a_site_without_install_root_on_the_command_line(capsys):
+    check = doctor_site_prefix(capsys, "generic-ib")
     assert check["status"] == SKIP and "give --site" not in check["detail"], check
     assert "generic-ib states no install.root" in check["detail"]
 

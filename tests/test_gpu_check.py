@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.mpi_launch import job_env
+from support.cli_run import run_cli
 from torchmpi.dist import _free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,21 +79,20 @@ def test_short_budget_ends_in_time_and_reports_every_step(tmp_path):
     assert (tmp_path / "gpu-logs").is_dir()  # each step's full log beside the report
 
 
-def test_the_comparison_table_reads_real_allreduce_logs(tmp_path):
+def test_the_comparison_table_reads_real_allreduce_logs(tmp_path, capsys):
     """The GPU run's summary (time per size, eager / --graph / --blocking, and each
-    run's floor) is built from torchmpi allreduce's own output: here real gloo runs stand
-    in for the three NCCL runs the GPU node makes.  gloo has no --graph, so the --blocking
-    run's log stands in for both of those columns: one job, not two with the same argv."""
-    torchmpi = str(Path(sys.executable).parent / "torchmpi")
+    run's floor) is built from torchmpi allreduce's own output: here real one-rank gloo
+    runs in the worker (support.cli_run) stand in for the three NCCL runs the GPU node
+    makes.  gloo has no --graph, so the --blocking run's log stands in for both of those
+    columns: one run, not two with the same argv."""
     outputs = {}
     for mode, extra in (("eager", []), ("blocking", ["--blocking"])):
         # a port of its own: a single rank's default port may be taken by a concurrent job
-        env = job_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-        proc = subprocess.run([torchmpi, "allreduce", "--sizes", "8,1M", "--warmup", "0",
-                               "--iters", "2", *extra], capture_output=True, text=True,
-                              env=env, timeout=120, check=False)
-        assert proc.returncode == 0, proc.stderr
-        outputs[mode] = proc.stdout
+        status, out, err = run_cli(capsys, "allreduce", "--sizes", "8,1M", "--warmup", "0",
+                                   "--iters", "2", *extra, MASTER_ADDR="127.0.0.1",
+                                   MASTER_PORT=str(_free_port()))
+        assert status == 0, err
+        outputs[mode] = out
     logs = []
     for name, mode in (("01-eager", "eager"), ("02-graph", "blocking"),
                        ("03-blocking", "blocking")):

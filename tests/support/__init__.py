@@ -13,7 +13,8 @@ Fixtures stay in ``conftest.py``; helpers live here:
 * ``cray_ex``: the Cray EX node stand-in built with gcc;
 * ``gtl_preload``: py-torch's GTL preload, loaded by path, and the stand-in torch it goes in;
 * ``patcher``: py-torch's patcher of PyTorch's MPI backend, loaded by path;
-* ``doctor_inputs``: hand-built doctor inputs.
+* ``doctor_inputs``: hand-built doctor inputs;
+* ``cli_run``: a verb run in the worker, the environment and process group put back.
 """
 
 from __future__ import annotations
