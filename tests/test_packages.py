@@ -73,20 +73,32 @@ def test_tool_package_declares_every_dependency_of_the_tool(spack) -> None:
     """Spack installs Python packages ``--no-deps``: every runtime requirement
     in pyproject.toml must be a run dependency of py-torchmpi, at least as
     new, or the installed doctor cannot read a site file (jsonschema,
-    ruamel.yaml) on a compute node."""
+    ruamel.yaml) on a compute node.  And ``--no-build-isolation``: pip checks
+    no build requirement, so each of ``[build-system] requires`` must be a build
+    dependency, at least as new (setuptools 77: an older one refuses the licence
+    as an SPDX expression)."""
     import tomllib
 
-    required = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     code = (
         "import spack.deptypes as dt, spack.repo\n"
         "cls = spack.repo.PATH.get_pkg_class('py-torchmpi')\n"
         "for deps in cls.dependencies.values():\n"
         "    for name, dep in deps.items():\n"
-        "        if dep.depflag & dt.RUN:\n"
-        "            print(name, dep.spec.versions)\n"
+        "        for kind, flag in (('run', dt.RUN), ('build', dt.BUILD)):\n"
+        "            if dep.depflag & flag:\n"
+        "                print(kind, name, dep.spec.versions)\n"
     )
-    run_deps = dict(line.split() for line in spack.python(code).stdout.splitlines())
-    for req in required:
+    deps = {"run": {}, "build": {}}
+    for line in spack.python(code).stdout.splitlines():
+        kind, name, versions = line.split()
+        deps[kind][name] = versions
+    for req in pyproject["build-system"]["requires"]:
+        pypi, low = re.match(r"([A-Za-z0-9_.-]+)>=([^;]*)", req).groups()
+        name = "py-" + re.sub(r"[._]", "-", pypi.lower())
+        assert deps["build"].get(name, "").split(":")[0] == low.strip(), (req, deps["build"])
+    run_deps = deps["run"]
+    for req in pyproject["project"]["dependencies"]:
         # A marker (``; python_version < '3.11'``) becomes a `when=` on the package side:
         # the name must be there all the same.
         pypi, _, low = re.match(r"([A-Za-z0-9_.-]+)(>=)?([^;]*)", req).groups()

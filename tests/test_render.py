@@ -256,15 +256,31 @@ def test_environment_of_another_site_needs_force(checkout: Path, capsys) -> None
 
 
 def test_wheel_ships_schema_and_fabric_data(tmp_path: Path) -> None:
-    """Build the wheel from a copy of the sources and use it with no checkout around."""
+    """Build the wheel from a copy of the sources and use it with no checkout around.
+    Its metadata names the licence as an SPDX expression (``License-Expression``, core
+    metadata 2.4, PEP 639) and the wheel carries the licence files, not the ``License``
+    text field setuptools 77 deprecates (a warning on every ``pip install .``)."""
+    import zipfile
+
     src = tmp_path / "src"
     shutil.copytree(paths.root() / "wrapper", src / "wrapper",
                     ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
     shutil.copy(paths.root() / "pyproject.toml", src)
+    for name in ("LICENSE", "LICENSE-APACHE", "LICENSE-MIT"):
+        shutil.copy(paths.root() / name, src)
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation",
                     "--no-deps", "-w", str(wheels), str(src)], check=True,
                    capture_output=True)
+    (wheel,) = wheels.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
+        metadata = archive.read(f"{info}/METADATA").decode().split("\n\n")[0].splitlines()
+    assert "License-Expression: Apache-2.0 OR MIT" in metadata, metadata
+    assert not any(line.startswith("License:") for line in metadata), metadata
+    assert {f"{info}/licenses/{n}" for n in ("LICENSE", "LICENSE-APACHE", "LICENSE-MIT")
+            } <= set(names), names
     target = tmp_path / "site-packages"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
                     str(target), *map(str, wheels.glob("*.whl"))], check=True,

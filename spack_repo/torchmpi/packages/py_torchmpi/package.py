@@ -43,7 +43,10 @@ class PyTorchmpi(PythonPackage):
     version("0.1.0", commit="b2815f06a95cdcae023e1e37be335bc4d2b54168")
 
     depends_on("python@3.9:", type=("build", "run"))
-    depends_on("py-setuptools@61:", type="build")
+    # 77: pyproject.toml names the licence as an SPDX expression with license-files
+    # (PEP 639), which older setuptools refuse; Spack builds without isolation, so
+    # this, not pyproject's [build-system], picks the setuptools.
+    depends_on("py-setuptools@77:", type="build")
     # Spack installs Python packages with `pip --no-deps`: every requirement
     # of pyproject.toml is declared here (tests/test_packages.py checks), so
     # the installed doctor can read a site file (`--site`: ruamel.yaml parses
