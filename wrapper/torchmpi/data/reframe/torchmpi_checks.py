@@ -69,6 +69,20 @@ class TorchmpiBase(rfm.RunOnlyRegressionTest):
             return gpus[0].num_devices
         return int(site_extras(self.current_partition).get("ranks_per_node", 1))
 
+    def _place(self, ranks_per_node: int) -> None:
+        """``num_nodes`` x ``ranks_per_node`` ranks, every GPU of each node, the cores shared.
+
+        One place for what a check asks of the scheduler, so every check claims the
+        partition's GPUs and its share of cores the same way (``--gpus-per-node``,
+        PBS ``ngpus``/``ncpus``) and the job scripts differ only in their ranks.
+        """
+        self.num_tasks_per_node = ranks_per_node
+        self.num_tasks = self.num_nodes * ranks_per_node
+        gpus = self.current_partition.select_devices("gpu")
+        if gpus:
+            self.num_gpus_per_node = gpus[0].num_devices
+        self._share_cpus()
+
     def _share_cpus(self) -> None:
         """Give each rank its share of the node's cores (PBS asks for ncpus per node)."""
         cpus = int(site_extras(self.current_partition).get("cpus_per_node", 0))
@@ -99,12 +113,7 @@ class torchmpi_doctor(TorchmpiBase):
     @run_after("setup")
     def set_job(self):
         extras = site_extras(self.current_partition)
-        self.num_tasks = self.num_nodes
-        self.num_tasks_per_node = 1
-        gpus = self.current_partition.select_devices("gpu")
-        if gpus:
-            self.num_gpus_per_node = gpus[0].num_devices
-        self._share_cpus()
+        self._place(1)
         self.executable = self.torchmpi
         self.executable_opts = ["doctor", "--json"]
         if not self.probe:
@@ -164,13 +173,7 @@ class torchmpi_allreduce(TorchmpiBase):
     @run_after("setup")
     def set_job(self):
         backend, device = self.variant
-        ranks = self._ranks_per_node()
-        self.num_tasks_per_node = ranks
-        self.num_tasks = self.num_nodes * ranks
-        gpus = self.current_partition.select_devices("gpu")
-        if gpus:
-            self.num_gpus_per_node = gpus[0].num_devices
-        self._share_cpus()
+        self._place(self._ranks_per_node())
         self.executable = self.torchmpi
         self.executable_opts = ["allreduce", "--backend", backend, "--device", device,
                                 "-b", self.min_bytes, "-e", self.max_bytes,
@@ -223,13 +226,7 @@ class torchmpi_nccl_network(TorchmpiBase):
 
     @run_after("setup")
     def set_job(self):
-        ranks = self._ranks_per_node()
-        self.num_tasks_per_node = ranks
-        self.num_tasks = self.num_nodes * ranks
-        gpus = self.current_partition.select_devices("gpu")
-        if gpus:
-            self.num_gpus_per_node = gpus[0].num_devices
-        self._share_cpus()
+        self._place(self._ranks_per_node())
         self.env_vars = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
         self.executable = self.torchmpi
         self.executable_opts = ["allreduce", "--backend", "nccl", "--sizes", "1M",
