@@ -21,7 +21,8 @@ data and hand the bodies here; this module alone decides how they reach the disk
   file with a ``#!`` line is written executable, every other one ``0644``;
 * **one rule for default output folders** (:func:`outdir`): ``<checkout>/<folder
   of the verb>/<site>``, and only for the checkout's own site files -- a site file
-  elsewhere needs ``-o``, so it can never replace a shipped site's files.
+  elsewhere needs ``-o``, so it can never replace a shipped site's files; and one
+  check that the folder can be written, before any work (:func:`writable_outdir`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchmpi import __version__, parseback, paths
+from torchmpi import __version__, parseback, paths, writable
 from torchmpi.errors import UserError
 from torchmpi.site import Site
 from torchmpi.yamltext import comment
@@ -56,6 +57,10 @@ WORDING: dict[str, tuple[str, str, bool]] = {
 
 #: Each writing verb's default output folder in the checkout, one directory per site.
 FOLDERS = {"render": "environments", "container": "containers", "reframe": "reframe"}
+#: What an error calls each verb's default folder when it cannot be written (a directory
+#: given with -o is called by the flag).
+FOLDER_NAMES = {"render": "environment directory", "container": "container directory",
+                "reframe": "output directory"}
 
 _BODY_RE = re.compile(r"^# body-sha256: ([0-9a-f]{64})$", re.MULTILINE)
 _SITE_RE = re.compile(r"^# (?:Rendered|Written) by torchmpi .*? from (.+?); do not edit by hand:$",
@@ -298,3 +303,12 @@ def outdir(verb: str, site: Site, given: Path | None) -> Path:
             " or copy the file into sites/"
         )
     return default_outdir(verb, site)
+
+
+def writable_outdir(verb: str, site: Site, given: Path | None) -> Path:
+    """:func:`outdir`, refused now if it cannot be written or created, so a bad ``-o``
+    stops the verb before it renders or solves anything; the error names ``-o/--output``
+    when the directory was given, else the verb's default folder (:data:`FOLDER_NAMES`)."""
+    path = outdir(verb, site, given)
+    writable.check_dir(path, "-o/--output" if given is not None else FOLDER_NAMES[verb])
+    return path

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from torchmpi import container as containermod
-from torchmpi import output, writable
+from torchmpi import output
 from torchmpi import site as sitemod
 from torchmpi.commands import arguments
 
@@ -40,8 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     site = sitemod.load(args.site)
-    outdir = output.outdir("container", site, args.output)
-    writable.check_dir(outdir, "-o/--output" if args.output else "container directory")
+    outdir = output.writable_outdir("container", site, args.output)
     files = containermod.render(site)
     result = output.write(outdir, files, force=args.force)
     status = "written" if result.written else "unchanged"

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from torchmpi import output, writable
+from torchmpi import output
 from torchmpi import reframe as rfmconf
 from torchmpi import site as sitemod
 from torchmpi.commands import arguments
@@ -50,8 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     site = sitemod.load(args.site)
-    outdir = output.outdir("reframe", site, args.output)
-    writable.check_dir(outdir, "-o/--output" if args.output else "output directory")
+    outdir = output.writable_outdir("reframe", site, args.output)
     modules_root = (site.data.get("install") or {}).get("modules_root")
     if (args.env_from or ("module" if modules_root else "runtime-sh")) == "runtime-sh" \
             and not args.prepare:  # docs/users.md: runtime.sh alone is not enough to run

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from torchmpi import output, torches, writable
+from torchmpi import output, torches
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
 from torchmpi.checks import network
@@ -49,12 +49,12 @@ def _report(args: argparse.Namespace, record: dict, text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     site = sitemod.load(args.site)
-    outdir = output.outdir("render", site, args.output)
+    # --check writes nothing, so only a render needs the directory writable
+    where = output.outdir if args.check else output.writable_outdir
+    outdir = where("render", site, args.output)
     for note in [*torches.notes(site.data), *network.notes(site.data)]:  # found now
         print(f"torchmpi render: note: {note}", file=sys.stderr)
     record = {"site": site.name, "output": str(outdir)}
-    if not args.check:
-        writable.check_dir(outdir, "-o/--output" if args.output else "environment directory")
     files = renderer.render(site, outdir)
     if args.check:
         if not any((outdir / name).is_file() for name in files):
