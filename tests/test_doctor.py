@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.blocked_imports import SITE_TOOLING, python_without
 from support.cli_run import doctor_in_process
 from support.doctor_inputs import mapped_at
 from support.host_tools import path_without
@@ -413,16 +413,12 @@ def test_compute_node_verbs_work_without_site_tooling_modules():
     --no-probe: a probe is a child that does not inherit the blocked modules, so it
     proves nothing here; what the parent imports to judge one (torchmpi.allreduce's
     explain) is imported under the block instead."""
-    code = (
-        "import sys\n"
-        "for m in ('jsonschema', 'ruamel', 'ruamel.yaml', 'archspec', 'archspec.cpu', 'spack'):\n"
-        "    sys.modules[m] = None\n"
-        "from torchmpi.cli import main\n"
-        "from torchmpi.allreduce import explain  # probe.judge's import\n"
-        "sys.exit(main(['doctor', '--json', '--site', 'derecho', '--no-probe']))\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True,
-                          text=True, timeout=180, check=False)
+    proc = python_without(
+        (*SITE_TOOLING, "spack"),
+        "from torchmpi.cli import main",
+        "from torchmpi.allreduce import explain  # probe.judge's import",
+        "sys.exit(main(['doctor', '--json', '--site', 'derecho', '--no-probe']))",
+        timeout=180)
     assert proc.returncode == 1, proc.stderr  # FAIL: the pip torch has no MPI backend
     checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
     assert checks["torch"]["status"] == "PASS"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.blocked_imports import SITE_TOOLING, python_without
 from support.host_tools import local_data
 from support.mpi_launch import job_env
 from torchmpi import runtime
@@ -64,17 +65,15 @@ def test_bad_site_file_is_the_loaders_user_error(tmp_path):
         site_env.load_expectation(str(bad))
 
 
+#: In a child: the doctor's --site load of derecho, as ``got``.
+_LOAD_DERECHO = ("from torchmpi.doctor import site_env",
+                 "got = site_env.load_expectation('derecho')")
+
+
 def test_site_without_jsonschema_is_reported_not_raised():
     """A compute node with only py-torch-mpi has no jsonschema: --site is a SKIP, not a crash."""
-    code = (
-        "import sys\n"
-        "sys.modules['jsonschema'] = None\n"
-        "from torchmpi.doctor import site_env\n"
-        "got = site_env.load_expectation('derecho')\n"
-        "print(site_env.check_site_env(got, {}))\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True,
-                          text=True, timeout=60, check=False)
+    proc = python_without(["jsonschema"], *_LOAD_DERECHO,
+                          "print(site_env.check_site_env(got, {}))")
     assert proc.returncode == 0, proc.stderr
     assert "status='SKIP'" in proc.stdout and "pip install jsonschema" in proc.stdout
 
@@ -82,16 +81,8 @@ def test_site_without_jsonschema_is_reported_not_raised():
 def test_troubleshooting_quotes_the_skip_a_node_with_only_py_torch_mpi_prints():
     """The quote stops at its ``...``; up to there it is what the doctor prints where
     none of the loader's modules is installed (every one is named, not the first)."""
-    code = (
-        "import sys\n"
-        "for m in ('jsonschema', 'ruamel', 'ruamel.yaml', 'archspec', 'archspec.cpu'):\n"
-        "    sys.modules[m] = None\n"
-        "from torchmpi.doctor import site_env\n"
-        "got = site_env.load_expectation('derecho')\n"
-        "print(site_env.check_site_env(got, {}).detail)\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True,
-                          text=True, timeout=60, check=False)
+    proc = python_without(SITE_TOOLING, *_LOAD_DERECHO,
+                          "print(site_env.check_site_env(got, {}).detail)")
     assert proc.returncode == 0, proc.stderr
     text = (Path(__file__).parent.parent / "docs" / "troubleshooting.md").read_text()
     quoted = re.search(r"`SKIP site\.env  site <name> (.+?) \.\.\.`", text)
