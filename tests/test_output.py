@@ -189,12 +189,14 @@ def test_a_site_file_outside_sites_needs_o(tmp_path: Path, capsys, verb: str) ->
     assert sorted(p.name for p in paths.root().iterdir()) == before
 
 
-@pytest.mark.parametrize("verb", ["render", "container", "reframe"])
+@pytest.mark.parametrize("verb", ["render", "container", "reframe", "concretize"])
 def test_an_unwritable_output_folder_is_named_before_any_work(
         tmp_path: Path, monkeypatch, capsys, verb: str) -> None:
-    """Each verb checks its directory before it renders (output.writable_outdir): the
-    error calls a directory given with -o by the flag, else by the verb's folder name.
-    The checkout is a copy whose folder for the verb is a plain file."""
+    """Each verb checks its directory before it renders (output.writable_outdir;
+    concretize before it renders and solves, into render's folder): the error calls a
+    directory given with -o by the flag, else by the verb's folder name.  The checkout is
+    a copy whose folder for the verb is a plain file."""
+    kind = "render" if verb == "concretize" else verb
     root = tmp_path / "root"
     root.mkdir()
     for item in paths.root().iterdir():
@@ -202,11 +204,11 @@ def test_an_unwritable_output_folder_is_named_before_any_work(
             (root / item.name).symlink_to(item)
     (root / "sites").mkdir()
     shutil.copyfile(paths.sites_dir() / "derecho.yaml", root / "sites" / "derecho.yaml")
-    blocker = root / output.FOLDERS[verb]
+    blocker = root / output.FOLDERS[kind]
     blocker.write_text("not a directory\n")
     monkeypatch.setenv("TORCHMPI_ROOT", str(root))
     folder_name = {"render": "environment directory", "container": "container directory",
-                   "reframe": "output directory"}[verb]
+                   "reframe": "output directory"}[kind]
     for argv, named in (([], f"{folder_name} {blocker / 'derecho'}"),
                         (["-o", str(blocker / "x")], f"-o/--output {blocker / 'x'}")):
         assert main([verb, "derecho", *argv]) == 2
@@ -214,7 +216,7 @@ def test_an_unwritable_output_folder_is_named_before_any_work(
         assert f"{named}: cannot create it: {blocker} is not a directory" in err, err
     assert blocker.read_text() == "not a directory\n"
     assert sorted(p.name for p in root.iterdir() if not p.is_symlink()) == sorted(
-        ["sites", output.FOLDERS[verb]])
+        ["sites", output.FOLDERS[kind]])
 
 
 # --- through the verbs that had their own copies -------------------------------------------

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from torchmpi import offsite, output, spackrun, torches, writable
+from torchmpi import offsite, output, spackrun, torches
 from torchmpi import render as renderer
 from torchmpi import site as sitemod
 from torchmpi.commands import arguments
@@ -94,9 +94,8 @@ def _lock_is_stale(outdir: Path) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     site = sitemod.load(args.site)
-    outdir = output.outdir("render", site, args.output)
-    # Before the solve, not after it: Spack writes spack.lock at the very end.
-    writable.check_dir(outdir, "-o/--output" if args.output else "environment directory")
+    # Checked before the solve, not after it: Spack writes spack.lock at the very end.
+    outdir = output.writable_outdir("render", site, args.output)
     spackrun.executable()  # a missing Spack is reported now, not after rendering
     offsite.check_compilers(site.data, site.path)  # on the site: versions as stated
     for note in torches.notes(site.data):  # found now, not as a PatchError in the build
