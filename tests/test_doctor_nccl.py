@@ -63,7 +63,7 @@ def test_plugin_reads_version_from_the_log():
     ("1.6.0", ("libnccl-net.so",), {"NCCL_NET": "OFI"}, FAIL, "registers only as AWS Libfabric"),
     ("1.6.0", ("libnccl-net.so",), {"NCCL_NET": "AWS Libfabric"}, PASS, "1.6.0"),
     ("1.17.2", ("libnccl-net.so", "libnccl-net-ofi.so"), {"NCCL_NET": "OFI"}, PASS, "1.17.2"),
-    # The Slingshot shutdown-ordering bug, 1.14.0-1.17.1.
+    # The Slingshot shutdown-ordering bug, 1.16.0-1.17.1.
     ("1.16.0", ("libnccl-net.so", "libnccl-net-ofi.so"), {"NCCL_NET": "AWS Libfabric"},
      FAIL, "shutdown-ordering"),
     ("1.17.1", ("libnccl-net.so", "libnccl-net-ofi.so"), {}, FAIL, "1.17.2"),
@@ -109,9 +109,13 @@ def test_plugin_version_from_the_v1_6_0_log_line():
 
 
 @pytest.mark.parametrize("version, buggy", [
-    ((1, 13, 9), False), ((1, 14, 0), True), ((1, 17, 1), True), ((1, 17, 2), False)])
+    ((1, 14, 0), False), ((1, 15, 0), False), ((1, 16, 0), True), ((1, 17, 1), True),
+    ((1, 17, 2), False)])
 def test_the_slingshot_shutdown_bug_range_includes_both_ends(version, buggy) -> None:
-    """1.14.0 through 1.17.1 inclusive (fixed in 1.17.2, aws-ofi-nccl's release notes)."""
+    """1.16.0 through 1.17.1 inclusive: fixed in 1.17.2 (its release notes; b96292b9 in
+    src/cm/nccl_ofi_cm_resources.cpp), and src/cm/ first ships in 1.16.0.  1.14.0, which
+    CSCS's PyTorch uenv v2.6.0 ships (eth-cscs/cscs-docs@fde5e5f
+    docs/software/ml/pytorch.md:769), has no such code and does not FAIL."""
     plugin = nccl.PluginInfo(libraries={"libnccl-net.so": "/sw/lib/libnccl-net.so"},
                              version=version)
     check = nccl.check_nccl_plugin({"NCCL_NET": "AWS Libfabric"}, plugin, True, 2)
@@ -166,3 +170,78 @@ def test_only_the_ofi_setting_is_said_to_predate_its_library() -> None:
         check = nccl.check_nccl_plugin({"NCCL_NET_PLUGIN": wanted}, plugin, False, 2)
         assert check.status == FAIL
         assert ("predates" in check.detail) is (wanted == "ofi"), (wanted, check.detail)
+
+
+# --- NCCL_NET and NCCL_NET_PLUGIN as NCCL reads them ----------------------------------
+
+
+@pytest.mark.parametrize("net", ["ofi", "Ofi", "aws libfabric", "AWS LIBFABRIC"])
+def test_nccl_net_is_compared_without_case(net):
+    """NCCL matches NCCL_NET with strcasecmp (src/plugin/net.cc at v2.27.7-1:166, and
+    src/net.cc at v2.21.5-1:560), and so does the plugin when it renames itself
+    (aws-ofi-nccl v1.13.0-aws src/nccl_ofi_interface_nvidia.c:333-342)."""
+    env, plugin = plugin_env("1.19.0", "libnccl-net.so", NCCL_NET=net)
+    check = nccl.check_nccl_plugin(env, plugin, slingshot=True, nodes=2)
+    assert check.status == PASS, check
+    env, plugin = plugin_env("1.19.0", NCCL_NET=net)  # ... and its absence is still seen
+    check = nccl.check_nccl_plugin(env, plugin, slingshot=True, nodes=2)
+    assert check.status == FAIL and "not found" in check.detail, check
+
+
+def test_the_old_plugin_answers_to_its_one_name_in_any_case():
+    env, plugin = plugin_env("1.6.0", "libnccl-net.so", NCCL_NET="aws libfabric")
+    assert nccl.check_nccl_plugin(env, plugin, True, 2).status == PASS
+    env, plugin = plugin_env("1.6.0", "libnccl-net.so", NCCL_NET="ofi")
+    assert nccl.check_nccl_plugin(env, plugin, True, 2).status == FAIL
+
+
+def test_a_missing_network_names_both_spellings_of_nccls_error():
+    """NCCL up to 2.26 logs "Error: network %s not found." (src/plugin/net.cc at
+    v2.26.6-1:232); from 2.27 "Failed to initialize any NET plugin" (v2.27.7-1:278)."""
+    env, plugin = plugin_env("1.19.0", NCCL_NET="AWS Libfabric")
+    detail = nccl.check_nccl_plugin(env, plugin, True, 2).detail
+    assert "network AWS Libfabric not found" in detail
+    assert "Failed to initialize any NET plugin" in detail
+
+
+def test_nccl_net_plugin_is_a_list_from_nccl_2_27():
+    """From 2.27.3 NCCL splits NCCL_NET_PLUGIN at commas and tries each name in turn
+    (src/plugin/net.cc at v2.27.3-1: strtok_r(..., ",")): one that loads is enough."""
+    env = {"NCCL_NET_PLUGIN": "ofi,aws"}
+    assert nccl.plugin_names(env) == ["libnccl-net.so", "libnccl-net-ofi.so",
+                                      "libnccl-net-aws.so"]
+    env, plugin = plugin_env("1.19.0", "libnccl-net.so", "libnccl-net-ofi.so",
+                             NCCL_NET_PLUGIN="missing,ofi")
+    check = nccl.check_nccl_plugin(env, plugin, True, 2)
+    assert check.status == PASS and "NCCL_NET_PLUGIN=missing,ofi" in check.detail, check
+    env, plugin = plugin_env("1.19.0", "libnccl-net.so", NCCL_NET_PLUGIN="x,y")
+    check = nccl.check_nccl_plugin(env, plugin, True, 2)
+    assert check.status == FAIL and "libnccl-net-x.so" in check.detail, check
+    assert "libnccl-net-y.so" in check.detail, check
+
+
+def test_a_plugin_list_on_nccl_before_2_27_is_one_name():
+    """Up to 2.26 the whole value is one name (src/plugin/net.cc at v2.26.6-1:70)."""
+    env, plugin = plugin_env("1.19.0", "libnccl-net.so", "libnccl-net-ofi.so",
+                             NCCL_NET_PLUGIN="ofi,aws")
+    check = nccl.check_nccl_plugin(env, plugin, True, 2, nccl_version="2.26.6")
+    assert check.status == FAIL and "2.27" in check.detail, check
+    assert nccl.check_nccl_plugin(env, plugin, True, 2, nccl_version="2.27.7").status == PASS
+
+
+@pytest.mark.parametrize("value", ["none", "NONE"])
+def test_nccl_net_plugin_none_means_no_external_plugin(value):
+    """From 2.28.3 "none" (strcasecmp) empties the list (src/plugin/net.cc at
+    v2.28.3-1:244); earlier releases look for libnccl-net-none.so, find none and use
+    no external plugin either.  Not a missing library: no plugin, by choice."""
+    assert nccl.plugin_names({"NCCL_NET_PLUGIN": value}) == ["libnccl-net.so",
+                                                             "libnccl-net-ofi.so"]
+    env, plugin = plugin_env("1.19.0", "libnccl-net.so", NCCL_NET_PLUGIN=value)
+    check = nccl.check_nccl_plugin(env, plugin, slingshot=False, nodes=2)
+    assert check.status == PASS and "no net plugin" in check.detail, check
+    # ... but on Slingshot it is the socket fallback, and NCCL_NET cannot find the plugin.
+    check = nccl.check_nccl_plugin(env, plugin, slingshot=True, nodes=2)
+    assert check.status == FAIL and f"NCCL_NET_PLUGIN={value}" in check.detail, check
+    env["NCCL_NET"] = "OFI"
+    check = nccl.check_nccl_plugin(env, plugin, slingshot=False, nodes=2)
+    assert check.status == FAIL and "not found" in check.detail, check

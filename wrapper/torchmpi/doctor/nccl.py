@@ -13,9 +13,11 @@ docs/design.md and tests/fixtures/aws_ofi_nccl_net_names.json):
 * from 1.15.0 it also ships ``libnccl-net-ofi.so`` and documents
   ``NCCL_NET_PLUGIN=ofi``, so ``NCCL_NET_PLUGIN`` with ``NCCL_NET`` is fine
   whenever the named library exists;
-* 1.14.0-1.17.1 have a shutdown-ordering bug on Slingshot (v1.17.2
+* 1.16.0-1.17.1 have a shutdown-ordering bug on Slingshot (v1.17.2
   RELEASENOTES.md: "Fixed shutdown ordering issue on NICs that require
-  per-endpoint memory registration (Cray Slingshot)").
+  per-endpoint memory registration (Cray Slingshot)"); the fix (b96292b9) is in
+  the connection manager's src/cm/, which first ships in 1.16.0, so 1.14-1.15
+  (CSCS's PyTorch uenv v2.6.0 ships 1.14.0) do not have it.
 
 HPE (HewlettPackard/shs-ccl-docs ``ccl_env.sh``@b150230): do not set
 ``NCCL_NET`` on single-node Slurm runs -- it forces the network transport
@@ -39,8 +41,9 @@ PLUGIN_NET_NAMES: tuple[tuple[tuple[int, ...], tuple[str, ...]], ...] = (
 )
 #: First release that ships libnccl-net-ofi.so (NCCL_NET_PLUGIN=ofi).
 PLUGIN_OFI_LIBRARY = (1, 15, 0)
-#: [first, last] releases with the Slingshot shutdown-ordering bug.
-SLINGSHOT_BAD_PLUGINS = ((1, 14, 0), (1, 17, 1))
+#: [first, last] releases with the Slingshot shutdown-ordering bug: src/cm/ (1.16.0)
+#: until its fix (1.17.2).
+SLINGSHOT_BAD_PLUGINS = ((1, 16, 0), (1, 17, 1))
 _PLUGIN_NAMES = {name for _, names in PLUGIN_NET_NAMES for name in names}
 
 
