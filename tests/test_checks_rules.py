@@ -768,7 +768,8 @@ def test_a_plugin_nobody_vouched_for_lists_no_nccls() -> None:
         nccl={"version": "2.29.2-1", "plugin": "9.9.9"}))
     msg = dict(network.problems(data, True))[("nccl", "plugin")]
     assert "vouched with aws-ofi-nccl 9.9.9: none (docs/design.md)" in msg
-    assert "allowed with NCCL 2.29.2-1: 1.18.0 (deployed on Slingshot by CSCS" in msg
+    assert ("allowed with NCCL 2.29.2-1: 1.18.0 (listed in AWS's release notes of the"
+            " plugin); 1.17.2 (deployed on Slingshot by CSCS") in msg, msg
 
 
 def test_the_pair_suggested_for_a_sites_libfabric_carries_its_own_label() -> None:

@@ -117,9 +117,10 @@ def test_unpinned_slingshot_site_gets_a_slingshot_run_pair(tmp_path: Path) -> No
 def test_nccl_pinned_alone_gets_its_slingshot_run_plugin(tmp_path: Path) -> None:
     pkgs = _pins(tmp_path, "derecho", _pin("2.27.7-1"))
     assert pkgs["aws-ofi-nccl"]["require"] == ["@1.19.0"]
-    # Two Slingshot-run plugins with NCCL 2.29.2-1 (CSCS): the newer.
+    # NCCL 2.29.2-1: CSCS deploys it with 1.17.2, while 1.18.0 is vouched by AWS's
+    # release notes only (CSCS's 1.18.0-dev is a patched master commit, no release).
     pkgs = _pins(tmp_path, "derecho", _pin("2.29.2-1"))
-    assert pkgs["aws-ofi-nccl"]["require"] == ["@1.18.0"]
+    assert pkgs["aws-ofi-nccl"]["require"] == ["@1.17.2"]
     # An NCCL vouched only by release notes: the solver picks among its plugins.
     pkgs = _pins(tmp_path, "derecho", _pin("2.28.7-1"))
     assert pkgs["nccl"]["require"] == ["@2.28.7-1"] and "aws-ofi-nccl" not in pkgs
@@ -152,8 +153,8 @@ def test_shipped_slingshot_sites_render_a_vouched_pair() -> None:
 
 
 def test_every_label_names_the_libfabric_the_pair_ran_with() -> None:
-    """A pair run on Slingshot is labelled with its libfabric (CSCS ran
-    2.29.2-1 + 1.18.0 with 2.4.0, Perlmutter has 1.20.1); the release notes' pairs have
+    """A pair vouched for Slingshot is labelled with its libfabric (CSCS deploys
+    2.29.2-1 + 1.17.2 with 2.4.0, Perlmutter has 1.20.1); the release notes' pairs have
     none recorded and say nothing about one."""
     for pair in pairs.vouched():
         if pair.libfabric == "-":
@@ -354,11 +355,12 @@ def test_an_unknown_evidence_kind_is_a_user_error(tmp_path, monkeypatch,
     assert "allowed: " + ", ".join(pairs.RCCL_EVIDENCE) in text, text
 
 
-#: The kind of record each NVIDIA pair's source is: CSCS's are environments it deploys on
-#: Alps (a uenv recipe with its docs page, prgenv-gnu 26.3's docs page listing the
-#: versions), HPE's and NCAR's build scripts, AWS's release notes; none a job log.
+#: The kind of record each NVIDIA pair's source is: CSCS's an environment it deploys on
+#: Alps (prgenv-gnu 26.3's docs page listing the versions), HPE's and NCAR's build
+#: scripts, AWS's release notes (1.18.0's too: CSCS deploys a patched 1.18.0-dev); none
+#: a job log.
 NVIDIA_EVIDENCE = {
-    ("2.29.7-1", "1.19.0"): "release notes", ("2.29.2-1", "1.18.0"): "deployed environment",
+    ("2.29.7-1", "1.19.0"): "release notes", ("2.29.2-1", "1.18.0"): "release notes",
     ("2.29.2-1", "1.17.2"): "deployed environment", ("2.28.7-1", "1.19.0"): "release notes",
     ("2.28.7-1", "1.17.3"): "release notes", ("2.28.7-1", "1.17.2"): "release notes",
     ("2.27.7-1", "1.19.0"): "build script", ("2.27.3-1", "1.19.0"): "release notes",
@@ -377,9 +379,25 @@ def test_each_nccl_pair_says_what_kind_of_evidence_vouches_for_it() -> None:
         assert pair.evidence in pairs.EVIDENCE and cites[pair.evidence] in pair.source, pair
 
 
+def test_cscs_vouches_for_no_plugin_release_it_does_not_deploy() -> None:
+    """CSCS's PyTorch uenv v2.9.1 asks aws-ofi-nccl@1.18.0-dev, which its recipe's own
+    package defines as master commit eb9877e9 with HPE's endpoint_mr.eb9877e.patch
+    (eth-cscs/alps-uenv@0db6323 recipes/pytorch/v2.9.1/gh200/repo/packages/aws_ofi_nccl/
+    package.py:22,69-72; the plain 1.18.0 line is commented out): not the release 1.18.0
+    that builtin builds.  That release is vouched by its release notes (AWS), whose row
+    says what CSCS deploys instead; no CSCS row names it."""
+    row = next(p for p in pairs.vouched() if (p.nccl, p.plugin) == ("2.29.2-1", "1.18.0"))
+    assert (row.by, row.fabric, row.evidence, row.libfabric) == (
+        "AWS", "efa", "release notes", "-"), row
+    assert "v1.18.0 RELEASENOTES.md:12" in row.source and "1.18.0-dev" in row.source, row
+    assert "eb9877e9" in row.source and "endpoint_mr" in row.source, row
+    assert not [p for p in pairs.vouched() if p.by == "CSCS" and p.plugin == "1.18.0"]
+
+
 @pytest.mark.parametrize("nccl, plugin, label", [
     ("2.21.5-1", "1.6.0", "built for Slingshot by NCAR's build script with libfabric 1.15.2.0"),
-    ("2.29.2-1", "1.18.0", "deployed on Slingshot by CSCS with libfabric 2.4.0"),
+    ("2.29.2-1", "1.17.2", "deployed on Slingshot by CSCS with libfabric 2.4.0"),
+    ("2.29.2-1", "1.18.0", "listed in AWS's release notes of the plugin"),
     ("2.29.7-1", "1.19.0", "listed in AWS's release notes of the plugin"),
 ])
 def test_a_pairs_label_words_its_evidence(nccl: str, plugin: str, label: str) -> None:

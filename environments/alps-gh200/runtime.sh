@@ -1,7 +1,7 @@
 # Rendered by torchmpi 0.1.0 from sites/alps-gh200.yaml; do not edit by hand:
 # change the site file and run `torchmpi render alps-gh200` (docs/sites.md).
 # spack v1.1.0, builtin spack-packages v2026.06.0
-# site-sha256: 8bb3e757ebce66c64dafdc93018ac5417a8ac78bf8fcd854a42bdfe49a63ce19
+# site-sha256: 98cc6f5f11ea50fc88314ef8bc08f245cb12f5cdc10fc10d76efedd98917bfb8
 # body-sha256: a36f57ccb4c644d658b0d4f95c87b53820224ec80dcc7e19c442301a458bde04
 # Runtime variables for jobs on 'alps-gh200' (launcher: slurm, fabric: slingshot).
 # Source this file in the job script; it changes nothing at build time.

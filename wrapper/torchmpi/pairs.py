@@ -69,7 +69,7 @@ class Pair:
         1.15.2.0``, worded as the evidence is (only a job log says "run").
 
         The libfabric is named because a site's may differ from it (Perlmutter's
-        1.20.1 against the 2.4.0 of CSCS's environment with 2.29.2-1 + 1.18.0), which
+        1.20.1 against the 2.4.0 of CSCS's environment with 2.29.2-1 + 1.17.2), which
         :func:`torchmpi.checks.network.notes` says at render; the release notes' pairs
         record none (``-``) and the label says nothing about one.
         """

@@ -22,9 +22,10 @@ from spack.package import *
 #: "slingshot": paired for Slingshot-11 by HPE, CSCS or NCAR; "efa": listed
 #: as tested or supported in the plugin's release notes, which AWS runs on
 #: EC2 (EFA).  Evidence is the kind of record the source is, one of
-#: ``torchmpi.pairs.EVIDENCE``: CSCS's are environments it deploys on Alps
-#: ("deployed environment"), HPE's and NCAR's "build script"s, AWS's
-#: "release notes"; none is a "job log", the one kind that records a run,
+#: ``torchmpi.pairs.EVIDENCE``: CSCS's an environment it deploys on Alps
+#: ("deployed environment"; its PyTorch uenv's 1.18.0-dev is a patched master
+#: commit, not a release, so 1.18.0's row is AWS's), HPE's and NCAR's "build
+#: script"s, AWS's "release notes"; none is a "job log", the one kind that records a run,
 #: and messages and the rendered packages.yaml word each kind as it is.
 #: The one home of this table: the torchmpi tool reads this literal
 #: (torchmpi.pairs, through ast, without Spack) to refuse a pair at site
@@ -43,15 +44,18 @@ VOUCHED_PAIRS = (
     (
         "2.29.2-1",
         "1.18.0",
-        "2.4.0",
-        "slingshot",
-        "CSCS",
+        "-",
+        "efa",
+        "AWS",
         (
-            "CSCS PyTorch uenv v2.9.1, eth-cscs/alps-uenv@0db6323 recipes/pytorch/v2.9.1/gh200/"
-            "environments.yaml and eth-cscs/cscs-docs@fde5e5f docs/software/ml/pytorch.md "
-            "(also: aws/aws-ofi-nccl v1.18.0 RELEASENOTES.md:12 supports NCCL 2.29.2-1)"
+            "aws/aws-ofi-nccl v1.18.0 RELEASENOTES.md:12 (supports NCCL 2.29.2-1); :27 fixes"
+            " FI_MR_ENDPOINT providers such as cxi, SENDRECV protocol only.  Not CSCS's:"
+            " its PyTorch uenv v2.9.1 deploys 1.18.0-dev, master commit eb9877e9 with HPE's"
+            " endpoint_mr.eb9877e.patch (RDMA protocol on such providers), eth-cscs/"
+            "alps-uenv@0db6323 recipes/pytorch/v2.9.1/gh200/repo/packages/aws_ofi_nccl/"
+            "package.py:22,69-72"
         ),
-        "deployed environment",
+        "release notes",
     ),
     (
         "2.29.2-1",
