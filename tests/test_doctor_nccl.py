@@ -245,3 +245,10 @@ def test_nccl_net_plugin_none_means_no_external_plugin(value):
     env["NCCL_NET"] = "OFI"
     check = nccl.check_nccl_plugin(env, plugin, slingshot=False, nodes=2)
     assert check.status == FAIL and "not found" in check.detail, check
+
+
+@pytest.mark.parametrize("nccl_version", [None, "", "unknown", "22707"])
+def test_a_plugin_list_with_an_unreadable_nccl_version_is_read_as_a_list(nccl_version):
+    env, plugin = plugin_env("1.19.0", "libnccl-net.so", "libnccl-net-ofi.so",
+                             NCCL_NET_PLUGIN="ofi,aws")
+    assert nccl.check_nccl_plugin(env, plugin, True, 2, nccl_version=nccl_version).status == PASS

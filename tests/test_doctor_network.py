@@ -70,6 +70,32 @@ def test_nccl_network_without_log_skips():
     assert network.check_nccl_network(None, True).status == SKIP
 
 
+@pytest.mark.parametrize(("name", "net"), [
+    ("plugin-clash.log", "AWS Libfabric"),  # up to NCCL 2.26: "Error: network %s not found."
+    ("net-not-found-2.27.log", "AWS Libfabric"),  # 2.27 on: "Failed to initialize any ..."
+    ("net-not-found-2.27.log", None),  # NCCL_NET not known to the check
+])
+def test_a_network_nccl_does_not_find_fails_in_both_spellings(name, net):
+    """NCCL 2.27 rewrote the net plugin loader (src/plugin/net.cc at v2.27.3-1): a
+    NCCL_NET that names no initialized network no longer logs "network %s not found"
+    but "Failed to initialize any NET plugin", without the name; the name is then
+    NCCL_NET's."""
+    check = network.check_nccl_network(log(name), True, 2, net=net)
+    assert check.status == FAIL, check
+    if net:
+        assert f"network {net} not found" in check.detail or f"NCCL_NET={net}" in check.detail
+    if name == "net-not-found-2.27.log":
+        assert "Failed to initialize any NET plugin" in check.detail, check
+        assert "does not say" not in check.detail, check
+
+
+def test_the_log_reader_knows_both_not_found_lines():
+    old = network.parse_nccl_log(log("plugin-clash.log"))
+    new = network.parse_nccl_log(log("net-not-found-2.27.log"))
+    assert old.network_not_found == "AWS Libfabric" and not old.no_net_plugin
+    assert new.no_net_plugin and new.network is None and new.bootstrap == ["hsn0"]
+
+
 # --- NCCL logs: interfaces --------------------------------------------------------------
 
 
@@ -108,6 +134,41 @@ def test_nccl_interfaces_from_log(name, nodes, status, words):
     assert check.status == status and words in check.detail, check
 
 
+@pytest.mark.parametrize("name", ["subsys-init-net-2.27.log", "no-network-line.log"])
+def test_a_log_without_the_bootstrap_line_cannot_pass_the_interfaces(name):
+    """From NCCL 2.23 "Bootstrap : Using <if>" is logged under the BOOTSTRAP subsystem
+    (src/bootstrap.cc at v2.23.4-1: INFO(NCCL_BOOTSTRAP, ...)), so a log taken with
+    NCCL_DEBUG_SUBSYS=INIT,NET has no bootstrap line even when the bootstrap runs on lo
+    or a bridge: the check says it cannot tell, and how to get the line."""
+    check = network.check_nccl_interfaces(log(name), 2)
+    assert check.status == WARN, check
+    assert "no bootstrap" in check.detail and network.NCCL_DEBUG_SUBSYS in check.fix, check
+
+
+def test_the_subsystems_the_doctor_asks_for_include_bootstrap():
+    """INIT (bootstrap line up to 2.22, plugin lines), BOOTSTRAP (bootstrap line from
+    2.23; the keyword is read since 2.21.5's src/debug.cc, and unknown keywords are
+    ignored by older releases) and NET (socket and plugin lines)."""
+    assert network.NCCL_DEBUG_SUBSYS.split(",") == ["INIT", "BOOTSTRAP", "NET"]
+    for name, slingshot in (("no-network-line.log", False), ("plugin-no-provider-line.log", True)):
+        check = network.check_nccl_network(log(name), slingshot, 2)
+        assert f"NCCL_DEBUG_SUBSYS={network.NCCL_DEBUG_SUBSYS}" in check.fix, check
+
+
+def test_the_nccl_probe_logs_with_the_bootstrap_subsystem(monkeypatch):
+    from torchmpi.doctor import gpu, probe
+
+    seen: dict[str, dict] = {}
+
+    def fake(runner, env, backend, device, **extra):
+        seen[backend] = extra
+
+    monkeypatch.setattr(probe, "run_probe", fake)
+    info = gpu.TorchInfo(nccl=True, gpu_count=1)
+    probe.run_all(info, None, {})
+    assert seen["nccl"]["NCCL_DEBUG_SUBSYS"] == network.NCCL_DEBUG_SUBSYS, seen
+
+
 def test_slingshot_detection():
     assert network.on_slingshot({"fabric": "slingshot"}, ["eth0"])
     assert network.on_slingshot(None, ["lo", "hsn0"])
@@ -128,3 +189,22 @@ def test_generic_ib_excludes_every_interface_the_doctor_rejects() -> None:
     check = network.check_socket_ifname({"NCCL_SOCKET_IFNAME": value}, interfaces)
     assert check.status == PASS and check.detail.endswith("selects ib0, eno1"), check
     assert [i for i in interfaces if not network.bad_interface(i)] == ["ib0", "eno1"]
+
+
+def test_the_report_hands_the_checks_nccl_net_and_torchs_nccl_version():
+    """The checks can name NCCL_NET in a 2.27 log's failure and read NCCL_NET_PLUGIN by
+    torch's NCCL only if the report passes them on."""
+    from support.doctor_inputs import mapped_at
+    from torchmpi import doctor
+    from torchmpi.doctor import gpu
+
+    info = gpu.TorchInfo(version="x", nccl=True, nccl_version="2.26.6", cuda_build="12.8",
+                         gpu_count=1)
+    env = {"NCCL_NET": "AWS Libfabric", "NCCL_NET_PLUGIN": "ofi,aws", "SLURM_JOB_NUM_NODES": "2"}
+    inputs = doctor.Inputs(torch=info, env=env, runner=lambda *args, **kwargs: None,
+                           interfaces=["lo", "hsn0"], nccl_log=log("net-not-found-2.27.log"),
+                           plugin_maps=mapped_at("/sw/aws-ofi-nccl-1.19.0-abc/lib",
+                                                 "libnccl-net.so", "libnccl-net-ofi.so"))
+    checks = {c.name: c for c in doctor.run_checks(inputs)}
+    assert "NCCL_NET=AWS Libfabric" in checks["nccl.network"].detail, checks["nccl.network"]
+    assert "reads it as one library name" in checks["nccl.plugin"].detail, checks["nccl.plugin"]

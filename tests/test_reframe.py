@@ -330,6 +330,10 @@ def test_the_network_check_fills_both_nodes_with_one_rank_per_gpu(dry_run):
               "pbs": f"\nmpiexec -n {2 * ranks} --ppn {ranks} "}.get(
         loaded.data["launcher"], f"\nmpirun -np {2 * ranks} ")
     assert launch in script, script
+    # The bootstrap line the sanity needs is logged under BOOTSTRAP from NCCL 2.23
+    # (NVIDIA/nccl src/bootstrap.cc at v2.23.4-1): the job asks for the doctor's subsystems.
+    from torchmpi.doctor.network import NCCL_DEBUG_SUBSYS
+    assert f"export NCCL_DEBUG_SUBSYS={NCCL_DEBUG_SUBSYS}\n" in script, script
 
 
 def test_library_is_package_data():

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from torchmpi.doctor.core import FAIL, PASS, SKIP, WARN, Check, Runner, version_tuple
+from torchmpi.doctor.network import not_found_words
 
 #: (first release, names it answers to as NCCL_NET).  A range runs to the next entry.
 PLUGIN_NET_NAMES: tuple[tuple[tuple[int, ...], tuple[str, ...]], ...] = (
@@ -44,7 +45,14 @@ PLUGIN_OFI_LIBRARY = (1, 15, 0)
 #: [first, last] releases with the Slingshot shutdown-ordering bug: src/cm/ (1.16.0)
 #: until its fix (1.17.2).
 SLINGSHOT_BAD_PLUGINS = ((1, 16, 0), (1, 17, 1))
-_PLUGIN_NAMES = {name for _, names in PLUGIN_NET_NAMES for name in names}
+#: NCCL compares NCCL_NET without case (strcasecmp: src/plugin/net.cc at v2.27.7-1:166,
+#: src/net.cc at v2.21.5-1:560), as the plugin does when it renames itself (aws-ofi-nccl
+#: v1.13.0-aws src/nccl_ofi_interface_nvidia.c:333-342): names are kept casefolded.
+_PLUGIN_NAMES = {name.casefold() for _, names in PLUGIN_NET_NAMES for name in names}
+#: First NCCL that reads NCCL_NET_PLUGIN as a comma-separated list, each name tried in
+#: turn (src/plugin/net.cc at v2.27.3-1, strtok_r); up to 2.26 the value is one name
+#: (src/plugin/net.cc at v2.26.6-1:70).
+NCCL_PLUGIN_LIST = (2, 27)
 
 
 def accepted_net_names(version: tuple[int, ...]) -> tuple[str, ...]:
@@ -54,6 +62,21 @@ def accepted_net_names(version: tuple[int, ...]) -> tuple[str, ...]:
         if version >= first:
             names = accepted
     return names
+
+
+def _accepts(version: tuple[int, ...], net: str) -> bool:
+    return net.casefold() in {n.casefold() for n in accepted_net_names(version)}
+
+
+def requested_plugins(env: Mapping[str, str]) -> list[str]:
+    """The names in ``NCCL_NET_PLUGIN``, as NCCL >= 2.27 splits them (empty ones
+    skipped, as strtok_r does).  "none" in any case asks for no external plugin
+    (src/plugin/net.cc at v2.28.3-1:244); older releases look for
+    libnccl-net-none.so, find none and load no external plugin either."""
+    value = env.get("NCCL_NET_PLUGIN", "").strip()
+    if value.casefold() == "none":
+        return []
+    return [name for name in value.split(",") if name]
 
 
 def _fmt(version: tuple[int, ...]) -> str:
@@ -104,13 +127,18 @@ else:
 """.replace("@M@", MAP_MARK)
 
 
+def _candidates(plugin: str) -> list[str]:
+    """The files NCCL tries for one NCCL_NET_PLUGIN name: the name itself when it is a
+    path or a library, else libnccl-net-<name>.so."""
+    wanted = [plugin] if "/" in plugin or plugin.endswith(".so") else []
+    return wanted + ([f"libnccl-net-{plugin}.so"] if "/" not in plugin else [])
+
+
 def plugin_names(env: Mapping[str, str]) -> list[str]:
     """The libraries NCCL would dlopen as its net plugin, given NCCL_NET_PLUGIN."""
     wanted = ["libnccl-net.so", "libnccl-net-ofi.so"]
-    plugin = env.get("NCCL_NET_PLUGIN", "").strip()
-    if plugin:
-        wanted += [plugin] if "/" in plugin or plugin.endswith(".so") else []
-        wanted += [f"libnccl-net-{plugin}.so"] if "/" not in plugin else []
+    for plugin in requested_plugins(env):
+        wanted += _candidates(plugin)
     return list(dict.fromkeys(wanted))
 
 
@@ -170,65 +198,97 @@ def plugin_from_maps(maps: Mapping[str, Mapped], log_text: str | None = None) ->
     return info
 
 
+def _plugin_list_check(wanted: str, names: list[str], plugin: PluginInfo,
+                       nccl_version: str | None) -> Check | None:
+    """FAIL when no name in NCCL_NET_PLUGIN loads, or when an NCCL before 2.27 would
+    read a list as one name; None when NCCL finds one of them."""
+    name, version = "nccl.plugin", plugin.version
+    fix = "unset NCCL_NET_PLUGIN (NCCL then loads libnccl-net.so) or load aws-ofi-nccl >= 1.15"
+    nccl = version_tuple(nccl_version) or ()
+    if len(names) > 1 and len(nccl) > 1 and nccl < NCCL_PLUGIN_LIST:
+        return Check(name, FAIL,
+                     f"NCCL_NET_PLUGIN={wanted} is a list, but NCCL {nccl_version} reads "
+                     f"it as one library name (lists from {_fmt(NCCL_PLUGIN_LIST)})",
+                     "set NCCL_NET_PLUGIN to one name")
+    if any(plugin.libraries.get(os.path.basename(lib)) for n in names for lib in _candidates(n)):
+        return None
+    libs = [f"libnccl-net-{n}.so" for n in names]
+    since = (f"; plugin {_fmt(version)} predates libnccl-net-ofi.so (from "
+             f"{_fmt(PLUGIN_OFI_LIBRARY)})"
+             if "ofi" in names and version and version < PLUGIN_OFI_LIBRARY else "")
+    if len(names) == 1:
+        return Check(name, FAIL,
+                     f"NCCL_NET_PLUGIN={wanted} but no {libs[0]} loads here: NCCL logs "
+                     f"'NET/Plugin: Could not find: {wanted} {libs[0]}'{since}", fix)
+    return Check(name, FAIL,
+                 f"NCCL_NET_PLUGIN={wanted} but none of {', '.join(libs)} loads here: "
+                 f"NCCL logs 'NET/Plugin: Could not find: ...' for each{since}", fix)
+
+
 def check_nccl_plugin(env: Mapping[str, str], plugin: PluginInfo, slingshot: bool,
-                      nodes: int | None, has_nccl: bool = True) -> Check:
-    """NCCL_NET / NCCL_NET_PLUGIN against the plugin actually installed, by its version."""
+                      nodes: int | None, has_nccl: bool = True,
+                      nccl_version: str | None = None) -> Check:
+    """NCCL_NET / NCCL_NET_PLUGIN against the plugin actually installed, by its version.
+
+    ``nccl_version`` (torch's NCCL, when known) decides how NCCL_NET_PLUGIN is read.
+    """
     name = "nccl.plugin"
     if not has_nccl:
         return Check(name, SKIP, "no NCCL backend")
     net, wanted = env.get("NCCL_NET", "").strip(), env.get("NCCL_NET_PLUGIN", "").strip()
     version = plugin.version
     shown = f"aws-ofi-nccl {_fmt(version)}" if version else "aws-ofi-nccl (version unknown)"
-    if wanted:
-        lib = f"libnccl-net-{wanted}.so"
-        if not (plugin.libraries.get(lib) or plugin.libraries.get(os.path.basename(wanted))):
-            since = (f"; plugin {_fmt(version)} predates libnccl-net-ofi.so (from "
-                     f"{_fmt(PLUGIN_OFI_LIBRARY)})"
-                     if wanted == "ofi" and version and version < PLUGIN_OFI_LIBRARY else "")
-            return Check(name, FAIL,
-                         f"NCCL_NET_PLUGIN={wanted} but no {lib} loads here: NCCL logs "
-                         f"'NET/Plugin: Could not find: {wanted} {lib}'{since}",
-                         "unset NCCL_NET_PLUGIN (NCCL then loads libnccl-net.so) or load "
-                         "aws-ofi-nccl >= 1.15")
-    if version and slingshot and SLINGSHOT_BAD_PLUGINS[0] <= version <= SLINGSHOT_BAD_PLUGINS[1]:
+    names = requested_plugins(env)
+    if names:
+        failed = _plugin_list_check(wanted, names, plugin, nccl_version)
+        if failed:
+            return failed
+    # "none": NCCL loads no external plugin, whatever is installed.
+    off = f"NCCL_NET_PLUGIN={wanted} (no external plugin)" if wanted and not names else ""
+    libraries = {} if off else plugin.libraries
+    buggy = version and SLINGSHOT_BAD_PLUGINS[0] <= version <= SLINGSHOT_BAD_PLUGINS[1]
+    if buggy and slingshot and not off:
         return Check(name, FAIL,
                      f"{shown} has the shutdown-ordering bug on Slingshot fixed in 1.17.2 "
                      "(aws-ofi-nccl v1.17.2 RELEASENOTES.md)",
                      "use aws-ofi-nccl 1.17.2 or later (the site's nccl-ss11 pairs)")
-    broken = "; ".join(f"{lib} does not load: {err}" for lib, err in plugin.errors.items())
-    if net in _PLUGIN_NAMES:
-        if not plugin.libraries:
+    broken = off or "; ".join(f"{lib} does not load: {err}"
+                              for lib, err in plugin.errors.items())
+    if net.casefold() in _PLUGIN_NAMES:
+        if not libraries:
             seen = broken or "no libnccl-net.so that the loader finds"
             return Check(name, FAIL,
                          f"NCCL_NET={net} but {seen}: NCCL stops "
-                         f"with 'Error: network {net} not found'",
+                         f"with {not_found_words(net)}",
                          "load the site's aws-ofi-nccl (its lib dir on LD_LIBRARY_PATH) and "
                          "the libfabric it was built with")
-        if version and net not in accepted_net_names(version):
+        if version and not _accepts(version, net):
             return Check(name, FAIL,
                          f"NCCL_NET={net}, but {shown} registers only as "
-                         f"{', '.join(accepted_net_names(version))}: 'network {net} not found'",
+                         f"{', '.join(accepted_net_names(version))}: NCCL stops with "
+                         f"{not_found_words(net)}",
                          "export NCCL_NET='AWS Libfabric' (every plugin release answers to it)")
         if nodes == 1:
             return Check(name, WARN,
                          f"NCCL_NET={net} on a single-node job: HPE says not to set it there "
                          "(forces the network transport, lower performance)",
                          "unset NCCL_NET for single-node runs")
-        if version is None and net != "AWS Libfabric":
+        if version is None and net.casefold() != "aws libfabric":
             return Check(name, WARN,
                          f"NCCL_NET={net} is only known from aws-ofi-nccl 1.13.0; the plugin's "
                          "version could not be read",
                          "export NCCL_NET='AWS Libfabric' (every plugin release answers to it)")
-    if slingshot and not plugin.libraries:
+    if slingshot and not libraries:
         status = WARN if nodes == 1 else FAIL
         seen = broken or "no aws-ofi-nccl plugin (libnccl-net.so) that the loader finds"
         return Check(name, status,
                      f"{seen}: NCCL uses TCP sockets between nodes on Slingshot",
+                     "unset NCCL_NET_PLUGIN" if off else
                      "load the site's aws-ofi-nccl and its libfabric (module load py-torch-mpi "
                      "loads them)")
-    libs = ", ".join(f"{lib} -> {path}" for lib, path in sorted(plugin.libraries.items()))
-    fabric = f"; libfabric {plugin.libfabric}" if plugin.libfabric else ""
+    libs = ", ".join(f"{lib} -> {path}" for lib, path in sorted(libraries.items()))
+    fabric = f"; libfabric {plugin.libfabric}" if plugin.libfabric and not off else ""
     return Check(name, PASS, f"NCCL_NET={net or '(unset)'}, "
                              f"NCCL_NET_PLUGIN={wanted or '(unset)'}; "
                              f"{libs or 'no net plugin'}{fabric}"
-                             + (f" ({shown})" if plugin.libraries else ""))
+                             + (f" ({shown})" if libraries else ""))

@@ -17,6 +17,24 @@ from dataclasses import dataclass, field
 
 from torchmpi.doctor.core import FAIL, PASS, SKIP, WARN, Check
 
+#: The NCCL_DEBUG_SUBSYS the doctor's probe, the ReFrame network check and every
+#: "rerun with" advice use.  BOOTSTRAP because from NCCL 2.23 the "Bootstrap : Using
+#: <if>" line is logged under it, not INIT (src/bootstrap.cc at v2.23.4-1:119; INIT at
+#: v2.22.3-1:56): without it the bootstrap interface is not in the log.  The keyword
+#: is read from 2.21.5 (src/debug.cc at v2.21.5-1:82); older releases skip unknown
+#: keywords (src/debug.cc at v2.20.5-1:85, "if (mask)") and log the line under INIT.
+NCCL_DEBUG_SUBSYS = "INIT,BOOTSTRAP,NET"
+#: NCCL_NET names no network NCCL initialized: NCCL up to 2.26 logs
+#: "Error: network %s not found." (src/plugin/net.cc at v2.26.6-1:232, src/net.cc at
+#: v2.21.5-1:579); 2.27 rewrote the loader and logs this line, without the name
+#: (src/plugin/net.cc at v2.27.7-1:278, v2.29.2-1:402).
+NO_NET_PLUGIN = "Failed to initialize any NET plugin"
+
+
+def not_found_words(net: str) -> str:
+    """NCCL's error for an ``NCCL_NET`` it does not find, in both releases' words."""
+    return f"'Error: network {net} not found' (NCCL <= 2.26) or '{NO_NET_PLUGIN}' (2.27 on)"
+
 # --- interfaces --------------------------------------------------------------
 
 
@@ -91,7 +109,8 @@ class NcclLog:
     network: str | None = None  # "Using network X"
     plugin_loaded: str | None = None
     plugin_missing: str | None = None  # "Could not find: ..." / "No plugin found ..."
-    network_not_found: str | None = None
+    network_not_found: str | None = None  # "network X not found" (NCCL <= 2.26)
+    no_net_plugin: bool = False  # NO_NET_PLUGIN (NCCL >= 2.27): the name is NCCL_NET's
     bootstrap: list[str] = field(default_factory=list)  # "Bootstrap : Using <if>:..."
     socket_interfaces: list[str] = field(default_factory=list)  # "NET/Socket : Using [0]<if>"
     system_error: bool = False
@@ -116,6 +135,8 @@ def parse_nccl_log(text: str) -> NcclLog:
             log.plugin_missing = log.plugin_missing or m.group(1)
         elif m := re.search(r"[Nn]etwork (.+?) not found", line):
             log.network_not_found = m.group(1)
+        elif NO_NET_PLUGIN in line:
+            log.no_net_plugin = True
         if m := re.search(r"Bootstrap\s*:\s*Using\s+(?:\[\d+\])?([^:\s<]+):", line):
             log.bootstrap.append(m.group(1))
         if "NET/Socket" in line and "Using" in line:
@@ -132,16 +153,25 @@ def parse_nccl_log(text: str) -> NcclLog:
 _LOG_PLUGIN_NETS = ("AWS Libfabric", "Libfabric", "OFI")
 
 
-def check_nccl_network(log_text: str | None, slingshot: bool, nodes: int | None = None
-                       ) -> Check:
-    """Which network NCCL chose; sockets on Slingshot are ~20x slower than the plugin."""
+def check_nccl_network(log_text: str | None, slingshot: bool, nodes: int | None = None,
+                       net: str | None = None) -> Check:
+    """Which network NCCL chose; sockets on Slingshot are ~20x slower than the plugin.
+
+    ``net`` is the job's ``NCCL_NET``: NCCL 2.27 and later do not name it when it
+    matches no network (:data:`NO_NET_PLUGIN`).
+    """
     name = "nccl.network"
     if log_text is None:
         return Check(name, SKIP, "no NCCL_DEBUG=INFO log (no GPU, or pass --nccl-log FILE)")
     log = parse_nccl_log(log_text)
-    if log.network_not_found:
+    if log.network_not_found or log.no_net_plugin:
         why = f" after '{log.plugin_missing}'" if log.plugin_missing else ""
-        return Check(name, FAIL, f"network {log.network_not_found} not found{why}",
+        if log.network_not_found:
+            what = f"network {log.network_not_found} not found"
+        else:
+            asked = f"NCCL_NET={net}: " if net else ""
+            what = f"{asked}NCCL found no network it could use ('{NO_NET_PLUGIN}')"
+        return Check(name, FAIL, what + why,
                      "put the aws-ofi-nccl lib dir on LD_LIBRARY_PATH; with NCCL_NET_PLUGIN "
                      "set, its libnccl-net-<name>.so must exist (plugin >= 1.15) or unset it")
     if log.system_error:
@@ -149,7 +179,7 @@ def check_nccl_network(log_text: str | None, slingshot: bool, nodes: int | None 
                      "check NCCL_SOCKET_IFNAME names a real interface (see nccl.socket_ifname)")
     if log.network is None:
         return Check(name, WARN, "the log does not say which network NCCL used",
-                     "rerun with NCCL_DEBUG=INFO (NCCL_DEBUG_SUBSYS=INIT,NET)")
+                     f"rerun with NCCL_DEBUG=INFO (NCCL_DEBUG_SUBSYS={NCCL_DEBUG_SUBSYS})")
     if log.network == "Socket":
         missing = f" ({log.plugin_missing})" if log.plugin_missing else ""
         if slingshot and nodes != 1:
@@ -172,8 +202,8 @@ def check_nccl_network(log_text: str | None, slingshot: bool, nodes: int | None 
             return Check(name, WARN,
                          f"{via}; the log does not say which libfabric provider the plugin "
                          "selected",
-                         "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET and look for "
-                         "'NET/OFI Selected provider is cxi'")
+                         f"rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS={NCCL_DEBUG_SUBSYS} "
+                         "and look for 'NET/OFI Selected provider is cxi'")
         return Check(name, PASS, via)
     if slingshot:
         return Check(name, WARN, f"NCCL uses network {log.network}, not the OFI plugin",
@@ -187,6 +217,8 @@ def check_nccl_interfaces(log_text: str | None, nodes: int | None = None) -> Che
     A bridge (docker0, virbr0, br-*) has the same address on every node, so peers
     connect to themselves: FAIL unless the job is known to be single-node.
     Loopback reaches no other node: FAIL when the job is known to span nodes.
+    A log without the bootstrap line proves nothing about it (NCCL >= 2.23 files
+    the line under BOOTSTRAP, see :data:`NCCL_DEBUG_SUBSYS`): a WARN, not a PASS.
     """
     name = "nccl.interfaces"
     if log_text is None:
@@ -195,8 +227,6 @@ def check_nccl_interfaces(log_text: str | None, nodes: int | None = None) -> Che
     socket_mode = log.network == "Socket" or (log.network is None and log.socket_interfaces)
     used = [("bootstrap", i) for i in log.bootstrap]
     used += [("data", i) for i in log.socket_interfaces] if socket_mode else []
-    if not used:
-        return Check(name, PASS, "no bootstrap or socket interface in the log")
     fix = ("set NCCL_SOCKET_IFNAME to the fabric interface (e.g. hsn or ib0) "
            f"or exclude the non-fabric ones ({socket_exclude()})")
     bad = [(role, i, bad_interface(i)) for role, i in used if bad_interface(i)]
@@ -206,6 +236,13 @@ def check_nccl_interfaces(log_text: str | None, nodes: int | None = None) -> Che
         fails = (bridged and nodes != 1) or (nodes or 0) > 1
         return Check(name, FAIL if fails else WARN,
                      f"NCCL {text}: no other node reaches it", fix)
+    if not log.bootstrap:
+        seen = f" (data on {', '.join(i for _, i in used)})" if used else ""
+        return Check(name, WARN,
+                     f"no bootstrap interface in the log{seen}: it cannot show whether "
+                     "the bootstrap runs on lo or a bridge (NCCL >= 2.23 logs "
+                     "'Bootstrap: Using <if>' only under the BOOTSTRAP subsystem)",
+                     f"rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS={NCCL_DEBUG_SUBSYS}")
     roles = ", ".join(f"{role} {i}" for role, i in used)
     return Check(name, PASS, f"NCCL uses {roles}")
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from torchmpi.doctor.core import FAIL, PASS, SKIP, Check, CommandResult, Runner
 from torchmpi.doctor.gpu import TorchInfo
+from torchmpi.doctor.network import NCCL_DEBUG_SUBSYS
 
 OK_MARK = "TORCHMPI-PROBE OK"
 #: Before it, the MPI probe prints the MPI libraries it mapped after MPI_Init, one per
@@ -207,7 +208,7 @@ def run_all(info: TorchInfo, runner: Runner, env: Mapping[str, str],
         device = probe_device(info, device)
         if skip_reason(info, backend, device, design):
             continue
-        extra = ({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
+        extra = ({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": NCCL_DEBUG_SUBSYS}
                  if backend == "nccl" else {})
         results[name] = run_probe(runner, env, backend, device, **extra)
     return results

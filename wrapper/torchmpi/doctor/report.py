@@ -126,11 +126,13 @@ def run_checks(inputs: Inputs) -> list[Check]:
                                    no_backend,
                                    rocm.GTL if info.hip_build else mpi.GTL_LIBRARIES[0]),
         *probe.probe_checks(info, inputs.probes, design),
-        (rocm.check_rccl_plugin if info.hip_build else nccl.check_nccl_plugin)(
-            env, plugin, slingshot, nodes, info.nccl),
+        (rocm.check_rccl_plugin(env, plugin, slingshot, nodes, info.nccl) if info.hip_build
+         else nccl.check_nccl_plugin(env, plugin, slingshot, nodes, info.nccl,
+                                     info.nccl_version)),
         network.check_socket_ifname(env, inputs.interfaces),
-        (rocm.check_rccl_network if info.hip_build else network.check_nccl_network)(
-            inputs.nccl_log, slingshot, nodes),
+        (rocm.check_rccl_network(inputs.nccl_log, slingshot, nodes) if info.hip_build
+         else network.check_nccl_network(inputs.nccl_log, slingshot, nodes,
+                                         env.get("NCCL_NET"))),
         network.check_nccl_interfaces(inputs.nccl_log, nodes),
         site_env.check_site_env(inputs.site, env, nodes),
         site_env.check_launcher_flags(env),

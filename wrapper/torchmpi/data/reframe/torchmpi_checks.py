@@ -227,7 +227,10 @@ class torchmpi_nccl_network(TorchmpiBase):
     @run_after("setup")
     def set_job(self):
         self._place(self._ranks_per_node())
-        self.env_vars = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
+        # BOOTSTRAP: from NCCL 2.23 the "Bootstrap : Using <if>" line the sanity needs is
+        # logged under it, not INIT (NVIDIA/nccl src/bootstrap.cc at v2.23.4-1); the
+        # doctor's value (torchmpi.doctor.network.NCCL_DEBUG_SUBSYS).
+        self.env_vars = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,BOOTSTRAP,NET"}
         self.executable = self.torchmpi
         self.executable_opts = ["allreduce", "--backend", "nccl", "--sizes", "1M",
                                 "-w", "1", "-n", "2"]
