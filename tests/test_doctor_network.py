@@ -208,3 +208,29 @@ def test_the_report_hands_the_checks_nccl_net_and_torchs_nccl_version():
     checks = {c.name: c for c in doctor.run_checks(inputs)}
     assert "NCCL_NET=AWS Libfabric" in checks["nccl.network"].detail, checks["nccl.network"]
     assert "reads it as one library name" in checks["nccl.plugin"].detail, checks["nccl.plugin"]
+
+
+def test_troubleshooting_quotes_the_nccl_27_and_plugin_list_messages():
+    """The page a FAIL or WARN sends the user to quotes it (as test_doctor's catalogue
+    does for the older messages): the 2.27 not-found line, the missing bootstrap line,
+    and NCCL_NET_PLUGIN lists and "none"."""
+    from support.doctor_inputs import mapped_at
+    from torchmpi import paths
+    from torchmpi.doctor import nccl
+
+    lib_dir = "/sw/aws-ofi-nccl-1.19.0-abc/lib"
+    both = nccl.plugin_from_maps(mapped_at(lib_dir, "libnccl-net.so", "libnccl-net-ofi.so"))
+    one = nccl.plugin_from_maps(mapped_at(lib_dir, "libnccl-net.so"))
+    checks = [
+        nccl.check_nccl_plugin({"NCCL_NET_PLUGIN": "x,y"}, one, True, 2),
+        nccl.check_nccl_plugin({"NCCL_NET_PLUGIN": "ofi,aws"}, both, True, 2,
+                               nccl_version="2.26.6"),
+        nccl.check_nccl_plugin({"NCCL_NET_PLUGIN": "none"}, one, True, 2),
+        network.check_nccl_network(log("net-not-found-2.27.log"), True, 2, "AWS Libfabric"),
+        network.check_nccl_interfaces(log("subsys-init-net-2.27.log"), 2),
+    ]
+    text = (paths.root() / "docs" / "troubleshooting.md").read_text()
+    for check in checks:
+        assert check.status in (FAIL, WARN), check
+        assert f"`{check.status} {check.name}  {check.detail}`" in text, check
+        assert check.name == "nccl.network" or f"`{check.fix}`" in text, check
