@@ -252,3 +252,9 @@ def test_a_plugin_list_with_an_unreadable_nccl_version_is_read_as_a_list(nccl_ve
     env, plugin = plugin_env("1.19.0", "libnccl-net.so", "libnccl-net-ofi.so",
                              NCCL_NET_PLUGIN="ofi,aws")
     assert nccl.check_nccl_plugin(env, plugin, True, 2, nccl_version=nccl_version).status == PASS
+
+
+def test_a_plugin_path_that_does_not_load_is_named_as_given():
+    env = {"NCCL_NET_PLUGIN": "/opt/plugin/lib/libnccl-net.so"}
+    check = nccl.check_nccl_plugin(env, nccl.PluginInfo(), False, 2)
+    assert check.status == FAIL and "no /opt/plugin/lib/libnccl-net.so loads" in check.detail

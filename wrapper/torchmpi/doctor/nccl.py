@@ -204,15 +204,15 @@ def _plugin_list_check(wanted: str, names: list[str], plugin: PluginInfo,
     read a list as one name; None when NCCL finds one of them."""
     name, version = "nccl.plugin", plugin.version
     fix = "unset NCCL_NET_PLUGIN (NCCL then loads libnccl-net.so) or load aws-ofi-nccl >= 1.15"
-    nccl = version_tuple(nccl_version) or ()
-    if len(names) > 1 and len(nccl) > 1 and nccl < NCCL_PLUGIN_LIST:
+    torch_nccl = version_tuple(nccl_version) or ()
+    if len(names) > 1 and len(torch_nccl) > 1 and torch_nccl < NCCL_PLUGIN_LIST:
         return Check(name, FAIL,
                      f"NCCL_NET_PLUGIN={wanted} is a list, but NCCL {nccl_version} reads "
                      f"it as one library name (lists from {_fmt(NCCL_PLUGIN_LIST)})",
                      "set NCCL_NET_PLUGIN to one name")
     if any(plugin.libraries.get(os.path.basename(lib)) for n in names for lib in _candidates(n)):
         return None
-    libs = [f"libnccl-net-{n}.so" for n in names]
+    libs = [_candidates(n)[-1] for n in names]
     since = (f"; plugin {_fmt(version)} predates libnccl-net-ofi.so (from "
              f"{_fmt(PLUGIN_OFI_LIBRARY)})"
              if "ofi" in names and version and version < PLUGIN_OFI_LIBRARY else "")
