@@ -41,6 +41,7 @@ from pathlib import Path
 
 import pytest
 from support import cray_ex
+from support.spack import CHEAP_SOLVE
 from torchmpi import paths, runtime
 
 pytestmark = pytest.mark.spack
@@ -331,6 +332,8 @@ def cray_site_methods(spack, tmp_path_factory) -> dict:
     env.mkdir()
     config = {"spack": {
         "specs": [], "view": False,
+        # No claim here is about targets, duplicates or reuse.
+        "concretizer": CHEAP_SOLVE,
         "config": {"install_tree": {"root": str(base / "store")}},
         "packages": {
             "all": {"variants": "+cuda cuda_arch=80"},

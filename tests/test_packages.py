@@ -17,7 +17,7 @@ import pytest
 import yaml
 from support import ROOT, cray_ex
 from support.solves import SiteSolves
-from support.spack import PACKAGE_CLASSES
+from support.spack import CHEAP_SOLVE, CHEAP_SOLVE_CODE, PACKAGE_CLASSES
 from torchmpi.paths import package_constant
 
 pytestmark = pytest.mark.spack
@@ -292,7 +292,8 @@ def cray_env(spack, tmp_path_factory) -> Path:
             # As in every rendered environment: the torchmpi tool from this checkout.
             "develop": {"py-torchmpi": {"spec": f"py-torchmpi@={TORCHMPI_VERSION}",
                                         "path": str(ROOT)}},
-            "concretizer": {"unify": True},
+            # No claim below is about targets, duplicates or reuse (CHEAP_SOLVE).
+            "concretizer": {"unify": True, **CHEAP_SOLVE},
             "config": {"install_tree": {"root": str(base / "store")}},
             "packages": {
                 **CRAY_PREFERENCES,
@@ -607,10 +608,13 @@ def refusals(spack, tmp_path_factory) -> dict:
     message per group, or "" if the group concretized.  A cray-mpich ``~cuda``
     external (stub prefix) stands for a Cray site without GPU support; the
     ``nccl-ss11`` aarch64/gcc conflict, which no x86_64 host can solve for, is
-    checked on its declared condition instead (``aarch64_gcc9``)."""
+    checked on its declared condition instead (``aarch64_gcc9``).  Every solve runs
+    under :data:`support.spack.CHEAP_SOLVE` (no claim here is about targets,
+    duplicates or reuse); ``cpu`` records each solve's CPU-seconds."""
     prefix = tmp_path_factory.mktemp("cray-mpich-nocuda")
-    code = f"""
+    code = CHEAP_SOLVE_CODE + f"""
 import json
+import time
 import spack.concretize
 import spack.config
 import spack.repo
@@ -619,19 +623,23 @@ from spack.solver.asp import Solver
 scope = spack.config.InternalConfigScope("refusals", {{"packages": {{"cray-mpich": {{
     "buildable": False,
     "externals": [{{"spec": "cray-mpich@8.1.29 ~cuda", "prefix": {str(prefix)!r}}}]}}}}}})
-messages = []
+messages, cpu = [], []
 with spack.config.override(scope):
     for group in {[list(g) for g in REFUSAL_GROUPS]!r}:
+        start = time.process_time()
         try:
             Solver().solve([spack.spec.Spec(s) for s in group], allow_deprecated=True)
             messages.append("")
         except Exception as err:  # UnsatisfiableSpecError and friends
             messages.append(str(err) or repr(err))
+        cpu.append(round(time.process_time() - start, 1))
 # A CPU build under a site preference for the opposite of py-torch-mpi's
 # requirement (without +cuda_aware_mpi nothing else keeps torch's +mpi).
+start = time.process_time()
 with spack.config.override(spack.config.InternalConfigScope(
         "preferences", {{"packages": {{"py-torch": {CRAY_PREFERENCES["py-torch"]!r}}}}})):
     torch = spack.concretize.concretize_one("py-torch-mpi ~cuda")["py-torch"]
+cpu.append(round(time.process_time() - start, 1))
 preferred = {{k: str(v.value) for k, v in torch.variants.items()}}
 # Spack's own condition semantics on the line as nccl-ss11 declares it.
 cls = spack.repo.PATH.get_pkg_class("nccl-ss11")
@@ -646,7 +654,7 @@ def unmet(text):
 module = __import__(cls.__module__, fromlist=["VOUCHED_PAIRS"])
 vouched = {{f"{{n}}/{{p}}": refused(text) + unmet(text) for n, p, *_ in module.VOUCHED_PAIRS
            for text in [f"nccl-ss11@{{n}} +cuda cuda_arch=90 ^nccl@{{n}} ^aws-ofi-nccl@{{p}}"]}}
-print(json.dumps({{"messages": messages, "preferred": preferred, "vouched": vouched,
+print(json.dumps({{"messages": messages, "preferred": preferred, "vouched": vouched, "cpu": cpu,
                   "aarch64_gcc9": {{
     "hang": refused("nccl-ss11 ^nccl@2.29.2-1 %gcc@9.5.0 target=neoverse_v2"),
     "gcc10": refused("nccl-ss11 ^nccl@2.29.2-1 %gcc@10.5.0 target=neoverse_v2"),
@@ -723,8 +731,10 @@ def overrides_vs_builtin(spack) -> dict:
     three solves: builtin's two together, the overrides' two together (each side
     one environment of both, asked the same), and the plugin ``+cxi`` alone.
     Apart they were five solves in two processes; a py-mpi4py solve of its own
-    costs about 40 CPU-seconds, most of it what every solve sets up."""
-    code = """
+    costs about 40 CPU-seconds, most of it what every solve sets up.  Both sides
+    solve under the same :data:`support.spack.CHEAP_SOLVE` (about 30 CPU-s each
+    instead of 37)."""
+    code = CHEAP_SOLVE_CODE + """
 import json
 import spack.concretize
 import spack.repo

@@ -99,6 +99,31 @@ def cls(name):
 """
 
 
+#: Concretizer settings for a test solve whose claim is a package's own condition
+#: (a refusal and its message, a requirement against a preference, the provider a
+#: variant brings), never a target, a second build-tool node or a reused install:
+#: generic targets (the four x86_64 levels instead of every microarchitecture the
+#: host runs; etc/spack/defaults/base/concretizer.yaml at spack v1.1.0: "the time
+#: needed to reach a solution increases noticeably with the number of targets"),
+#: one node per package, nothing reused.  Measured on the refusals' four solves:
+#: every group reports the same errors, 372 CPU-s became 321.  Not
+#: ``static_analysis``: with it the first refusal group ends in "Spack concretizer
+#: internal error ... is unsatisfiable" instead of the packages' messages.
+CHEAP_SOLVE = {
+    "targets": {"granularity": "generic"},
+    "duplicates": {"strategy": "none"},
+    "reuse": False,
+}
+
+#: The head of a :meth:`Spack.python` script whose every solve runs under
+#: :data:`CHEAP_SOLVE` (a scope above the user's, below any ``override``).
+CHEAP_SOLVE_CODE = f"""\
+import spack.config
+spack.config.CONFIG.push_scope(spack.config.InternalConfigScope(
+    "cheap-solve", {{"concretizer": {CHEAP_SOLVE!r}}}))
+"""
+
+
 #: The lock the stand-in ``spack`` writes: a Cray MPICH external, NCCL and the plugin.
 LOCK = {
     "_meta": {"lockfile-version": 6},
