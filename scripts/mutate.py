@@ -393,7 +393,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("packages", NCCL_SS11, '("NCCL_NET_GDR_LEVEL", "PHB")',
            '("NCCL_NET_GDR_LEVEL", "SYS")', PKG, spack=True),
     # the shutdown-ordering range ends one release early: 1.17.1 let through
-    Mutant("packages", NCCL_SS11, '"^aws-ofi-nccl@1.14:1.17.1"', '"^aws-ofi-nccl@1.14:1.17.0"',
+    Mutant("packages", NCCL_SS11, '"^aws-ofi-nccl@1.16:1.17.1"', '"^aws-ofi-nccl@1.16:1.17.0"',
            PKG, spack=True),
     # only the newest vouched plugin allowed with an NCCL (CSCS's 1.17.2 refused)
     Mutant("packages", NCCL_SS11, "f\"^aws-ofi-nccl@{','.join(_plugins)}\"",

@@ -589,7 +589,7 @@ REFUSED = {
     "nccl-ss11: +cuda without cuda_arch": (1, "nccl-ss11 needs the GPU architecture"),
     "nccl-ss11: AWS-only plugin releases": (2, "aws-ofi-nccl 1.7-1.13 are AWS-only"),
     "nccl-ss11: plugin shutdown-ordering bug": (
-        0, "aws-ofi-nccl before 1.17.2 has a shutdown-ordering bug on Slingshot-11"),
+        0, "aws-ofi-nccl 1.16.0-1.17.1 have a shutdown-ordering bug on Slingshot-11"),
     "nccl-ss11: unvouched NCCL/plugin pair": (
         1, "no source vouches for this aws-ofi-nccl with NCCL 2.21.5-1"),
     "openmpi-cuda: requires +cuda": (1, "openmpi-cuda is CUDA-aware by definition"),
@@ -656,10 +656,16 @@ vouched = {{f"{{n}}/{{p}}": refused(text) + unmet(text) for n, p, *_ in module.V
            for text in [f"nccl-ss11@{{n}} +cuda cuda_arch=90 ^nccl@{{n}} ^aws-ofi-nccl@{{p}}"]}}
 print(json.dumps({{"messages": messages, "preferred": preferred, "vouched": vouched, "cpu": cpu,
                   "aarch64_gcc9": {{
-    "hang": refused("nccl-ss11 ^nccl@2.29.2-1 %gcc@9.5.0 target=neoverse_v2"),
-    "gcc10": refused("nccl-ss11 ^nccl@2.29.2-1 %gcc@10.5.0 target=neoverse_v2"),
-    "fixed": refused("nccl-ss11 ^nccl@2.29.3-1 %gcc@9.5.0 target=neoverse_v2"),
-    "x86": refused("nccl-ss11 ^nccl@2.29.2-1 %gcc@9.5.0 target=zen3")}}}}))
+    # A target after %gcc is gcc's (Spack 1.1): nccl's comes before it.
+    "hang": refused("nccl-ss11 ^nccl@2.29.2-1 target=neoverse_v2 %gcc@9.5.0 target=zen3"),
+    "hang_2.28.9": refused("nccl-ss11 ^nccl@2.28.9-1 target=neoverse_v2 %gcc@9.5.0"),
+    "gcc10": refused("nccl-ss11 ^nccl@2.29.2-1 target=neoverse_v2 %gcc@10.5.0"),
+    "fixed": refused("nccl-ss11 ^nccl@2.29.3-1 target=neoverse_v2 %gcc@9.5.0"),
+    "before": refused("nccl-ss11 ^nccl@2.28.7-1 target=neoverse_v2 %gcc@9.5.0"),
+    "x86": refused("nccl-ss11 ^nccl@2.29.2-1 target=zen3 %gcc@9.5.0 target=neoverse_v2"),
+    "gcc_only": refused("nccl-ss11 ^nccl@2.29.2-1 %gcc@9.5.0 target=neoverse_v2")}},
+                  "shutdown": {{v: refused(f"nccl-ss11 ^nccl@2.29.2-1 ^aws-ofi-nccl@{{v}}")
+                               for v in ("1.14.0", "1.15.0", "1.16.0", "1.17.1", "1.17.2")}}}}))
 """
     return json.loads(spack.python(code).stdout.strip().splitlines()[-1])
 
@@ -713,12 +719,24 @@ def test_every_vouched_pair_is_admitted(refusals: dict) -> None:
 def test_aarch64_gcc9_nccl_hang_is_refused_by_its_condition(refusals: dict) -> None:
     """No solve on this x86_64 host can pick target=aarch64, so this line is
     checked by Spack's own condition semantics (the conflict's when and
-    constraint, as nccl-ss11 declares them, on specs): refused exactly for
-    NCCL 2.28-2.29.2 built by gcc < 10 for ARM."""
+    constraint, as nccl-ss11 declares them, on specs): refused exactly for an
+    NCCL 2.28.9-2.29.2 (the releases with the weak-CAS loop, NVIDIA/nccl src/proxy.cc)
+    whose own target is ARM, built by gcc < 10: whatever gcc's node targets, and not
+    for an x86 NCCL whose gcc alone is given an ARM target."""
     facts = refusals["aarch64_gcc9"]
-    assert any("hangs on ARM" in m for m in facts["hang"]), facts
-    for other in ("gcc10", "fixed", "x86"):
+    for hang in ("hang", "hang_2.28.9"):
+        assert any("hangs on ARM" in m for m in facts[hang]), (hang, facts)
+    for other in ("gcc10", "fixed", "before", "x86", "gcc_only"):
         assert not any("hangs on ARM" in m for m in facts[other]), (other, facts)
+
+
+def test_shutdown_ordering_conflict_is_1_16_0_to_1_17_1(refusals: dict) -> None:
+    """The fix in aws-ofi-nccl 1.17.2 (b96292b9) is in src/cm/, which first ships in
+    1.16.0: 1.14.0 (CSCS's PyTorch uenv v2.6.0) and 1.15.0 are not refused for it, by
+    Spack's condition semantics on the line as nccl-ss11 declares it."""
+    buggy = {v for v, msgs in refusals["shutdown"].items()
+             if any("shutdown-ordering" in m for m in msgs)}
+    assert buggy == {"1.16.0", "1.17.1"}, refusals["shutdown"]
 
 
 # --- overrides are neutral for users who never ask for torchmpi's features ----

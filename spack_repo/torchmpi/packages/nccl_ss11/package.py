@@ -223,20 +223,25 @@ class NcclSs11(BundlePackage, CudaPackage):
         "(or 1.6.0 with NCCL 2.21) on Slingshot-11",
     )
     # v1.17.2 RELEASENOTES.md: "Fixed shutdown ordering issue on NICs that
-    # require per-endpoint memory registration (Cray Slingshot)"; 1.17.1 had
-    # the fix reverted before release (aws/aws-ofi-nccl PR #1029).
+    # require per-endpoint memory registration (Cray Slingshot)".  The fix
+    # (b96292b9, src/cm/nccl_ofi_cm_resources.cpp) orders the connection
+    # manager's MR and endpoint cleanup; src/cm/ first ships in 1.16.0
+    # (38215531, fddaa3ea): 1.14-1.15 have no such code.  1.17.1 had HPE's first
+    # fix (9e0f5ba9) reverted before release (aws/aws-ofi-nccl PR #1029).
     conflicts(
-        "^aws-ofi-nccl@1.14:1.17.1",
-        msg="aws-ofi-nccl before 1.17.2 has a shutdown-ordering bug on Slingshot-11; "
-        "use 1.17.2 or later",
+        "^aws-ofi-nccl@1.16:1.17.1",
+        msg="aws-ofi-nccl 1.16.0-1.17.1 have a shutdown-ordering bug on Slingshot-11 "
+        "(fixed in 1.17.2); use 1.17.2 or later",
     )
     # NVIDIA/nccl v2.29.3-1 (25368a7f): "Fixes CAS usage in case of weak
     # failure which was causing a hang on ARM ... when compiled with gcc
     # versions prior to 10" (aarch64 deadlocks with 2.28.9 and 2.29.2,
-    # NVIDIA/nccl#2353).
+    # NVIDIA/nccl#2353).  The weak-CAS loop it replaces in src/proxy.cc is in
+    # v2.28.9-1 and v2.29.2-1 only (2.28.3/2.28.7 use __sync_val_compare_and_swap).
+    # The target comes before %gcc: Spack binds what follows %gcc to gcc's node.
     conflicts(
-        "^nccl@2.28:2.29.2-1 %gcc@:9 target=aarch64:",
-        msg="NCCL 2.28-2.29.2 built with gcc < 10 hangs on ARM (fixed in 2.29.3, "
+        "^nccl@2.28.9-1:2.29.2-1 target=aarch64: %gcc@:9",
+        msg="NCCL 2.28.9-2.29.2 built with gcc < 10 hangs on ARM (fixed in 2.29.3, "
         "NVIDIA/nccl#2353): build NCCL with gcc 10 or later",
     )
 
