@@ -226,8 +226,8 @@ class NcclSs11(BundlePackage, CudaPackage):
     # require per-endpoint memory registration (Cray Slingshot)".  The fix
     # (b96292b9, src/cm/nccl_ofi_cm_resources.cpp) orders the connection
     # manager's MR and endpoint cleanup; src/cm/ first ships in 1.16.0
-    # (38215531, fddaa3ea): 1.14-1.15 have no such code.  1.17.1 had HPE's first
-    # fix (9e0f5ba9) reverted before release (aws/aws-ofi-nccl PR #1029).
+    # (38215531, fddaa3ea): 1.14-1.15 have no such code.  1.17.1 took HPE's first
+    # fix (c386e733, from 9e0f5ba9) and reverted it before release (4e14e25c).
     conflicts(
         "^aws-ofi-nccl@1.16:1.17.1",
         msg="aws-ofi-nccl 1.16.0-1.17.1 have a shutdown-ordering bug on Slingshot-11 "
