@@ -104,7 +104,7 @@ def test_containerfile_is_pinned_and_labelled(name: str, tmp_path: Path, capsys)
 
 
 @pytest.mark.parametrize("name", SITES)
-def test_slingshot_image_pins_a_pair_run_on_slingshot(name: str) -> None:
+def test_slingshot_image_pins_a_pair_vouched_for_the_plugin_that_runs(name: str) -> None:
     """On Slingshot, where the image's own plugin is the one that runs (Perlmutter's
     podman-hpc), its NCCL/plugin pair is one vouched for Slingshot, as in the native
     environment (pairs.choose).  Where a runtime injects the site's plugin (CE's hook

@@ -152,12 +152,14 @@ def test_the_first_library_naming_a_release_gives_the_version() -> None:
     ("", ["libnccl-net.so", "libnccl-net-ofi.so"]),
     ("ofi", ["libnccl-net.so", "libnccl-net-ofi.so"]),
     ("aws", ["libnccl-net.so", "libnccl-net-ofi.so", "libnccl-net-aws.so"]),
-    ("libmine.so", ["libnccl-net.so", "libnccl-net-ofi.so", "libmine.so",
-                    "libnccl-net-libmine.so.so"]),
+    ("libmine.so", ["libnccl-net.so", "libnccl-net-ofi.so", "libmine.so"]),
+    ("mine.so", ["libnccl-net.so", "libnccl-net-ofi.so", "mine.so", "libnccl-net-mine.so.so"]),
     ("/opt/p/lib/net", ["libnccl-net.so", "libnccl-net-ofi.so", "/opt/p/lib/net"]),
 ])
 def test_the_libraries_nccl_would_try_for_a_net_plugin_setting(plugin, names) -> None:
-    """A name is tried as libnccl-net-<name>.so; a path or a .so name also as given."""
+    """NCCL tries the name as given, then libnccl-net-<name>.so unless the name is a
+    path or a lib*.so name (src/plugin/plugin_open.cc at v2.27.7-1 and v2.29.2-1); a
+    bare name no library path holds ("ofi") is not loaded by a child."""
     assert nccl.plugin_names({"NCCL_NET_PLUGIN": plugin}) == names
 
 
@@ -255,6 +257,31 @@ def test_a_plugin_list_with_an_unreadable_nccl_version_is_read_as_a_list(nccl_ve
 
 
 def test_a_plugin_path_that_does_not_load_is_named_as_given():
+    """Quoted once, as NCCL's 'Could not find' line lists it once (a path is not tried
+    again as libnccl-net-<path>.so from v2.27.7-1)."""
     env = {"NCCL_NET_PLUGIN": "/opt/plugin/lib/libnccl-net.so"}
     check = nccl.check_nccl_plugin(env, nccl.PluginInfo(), False, 2)
     assert check.status == FAIL and "no /opt/plugin/lib/libnccl-net.so loads" in check.detail
+    assert "Could not find: /opt/plugin/lib/libnccl-net.so'" in check.detail, check
+
+
+def test_a_plugin_path_that_does_not_load_fails_beside_a_default_that_does():
+    """NCCL_NET_PLUGIN set: NCCL (>= 2.27) tries only the names in it, never the default
+    libnccl-net.so (src/plugin/net.cc at v2.27.7-1), so a bad path FAILs even where the
+    default library, with the same file name, loads."""
+    bad = "/nowhere/lib/libnccl-net.so"
+    maps = mapped_at("/sw/aws-ofi-nccl-1.19.0/lib", "libnccl-net.so")
+    maps[bad] = nccl.Mapped(bad, error=f"{bad}: cannot open shared object file: "
+                                       "No such file or directory")
+    check = nccl.check_nccl_plugin({"NCCL_NET_PLUGIN": bad}, nccl.plugin_from_maps(maps),
+                                   True, 2)
+    assert check.status == FAIL and f"no {bad} loads" in check.detail, check
+
+
+def test_plugin_none_with_nccl_net_says_to_unset_the_plugin_setting():
+    """A Slingshot runtime.sh exports NCCL_NET; with NCCL_NET_PLUGIN=none the plugin is
+    installed and loads, so the fix is the setting, not loading aws-ofi-nccl."""
+    env, plugin = plugin_env("1.19.0", "libnccl-net.so", NCCL_NET_PLUGIN="none",
+                             NCCL_NET="AWS Libfabric")
+    check = nccl.check_nccl_plugin(env, plugin, slingshot=True, nodes=2)
+    assert check.status == FAIL and check.fix == "unset NCCL_NET_PLUGIN", check

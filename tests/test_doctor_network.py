@@ -226,6 +226,8 @@ def test_troubleshooting_quotes_the_nccl_27_and_plugin_list_messages():
         nccl.check_nccl_plugin({"NCCL_NET_PLUGIN": "ofi,aws"}, both, True, 2,
                                nccl_version="2.26.6"),
         nccl.check_nccl_plugin({"NCCL_NET_PLUGIN": "none"}, one, True, 2),
+        nccl.check_nccl_plugin({"NCCL_NET_PLUGIN": "none", "NCCL_NET": "AWS Libfabric"}, one,
+                               True, 2),
         network.check_nccl_network(log("net-not-found-2.27.log"), True, 2, "AWS Libfabric"),
         network.check_nccl_interfaces(log("subsys-init-net-2.27.log"), 2),
     ]

@@ -127,11 +127,21 @@ else:
 """.replace("@M@", MAP_MARK)
 
 
+def _tried(plugin: str) -> list[str]:
+    """What NCCL dlopen()s for one NCCL_NET_PLUGIN name, in its order: the name as
+    given, then libnccl-net-<name>.so unless the name is a path or already a library
+    name (lib*.so), as src/plugin/plugin_open.cc has it at v2.27.7-1 and v2.29.2-1.
+    (Up to v2.27.3-1 the second form was tried for every name; for a path or a lib*.so
+    name it can only fail, so the verdict is the same.)"""
+    if "/" in plugin or (plugin.startswith("lib") and plugin.endswith(".so")):
+        return [plugin]
+    return [plugin, f"libnccl-net-{plugin}.so"]
+
+
 def _candidates(plugin: str) -> list[str]:
-    """The files NCCL tries for one NCCL_NET_PLUGIN name: the name itself when it is a
-    path or a library, else libnccl-net-<name>.so."""
-    wanted = [plugin] if "/" in plugin or plugin.endswith(".so") else []
-    return wanted + ([f"libnccl-net-{plugin}.so"] if "/" not in plugin else [])
+    """The files of :func:`_tried` a loader child can find: a bare name with neither
+    '/' nor '.so' ("ofi") is a file name no library path holds."""
+    return [name for name in _tried(plugin) if "/" in name or ".so" in name]
 
 
 def plugin_names(env: Mapping[str, str]) -> list[str]:
@@ -174,7 +184,7 @@ def plugin_from_maps(maps: Mapping[str, Mapped], log_text: str | None = None) ->
     """The plugin libraries, their libfabric and the release, from what children mapped."""
     info = PluginInfo()
     for name, mapped in maps.items():
-        key = os.path.basename(name) if "/" in name else name
+        key = name  # a path stays a path: its basename may be another, loadable file's
         if mapped.error:
             if not _absent(name, mapped.error):
                 info.errors[key] = mapped.error
@@ -210,16 +220,16 @@ def _plugin_list_check(wanted: str, names: list[str], plugin: PluginInfo,
                      f"NCCL_NET_PLUGIN={wanted} is a list, but NCCL {nccl_version} reads "
                      f"it as one library name (lists from {_fmt(NCCL_PLUGIN_LIST)})",
                      "set NCCL_NET_PLUGIN to one name")
-    if any(plugin.libraries.get(os.path.basename(lib)) for n in names for lib in _candidates(n)):
+    if any(plugin.libraries.get(lib) for n in names for lib in _candidates(n)):
         return None
-    libs = [_candidates(n)[-1] for n in names]
+    libs = [_tried(n)[-1] for n in names]
     since = (f"; plugin {_fmt(version)} predates libnccl-net-ofi.so (from "
              f"{_fmt(PLUGIN_OFI_LIBRARY)})"
              if "ofi" in names and version and version < PLUGIN_OFI_LIBRARY else "")
     if len(names) == 1:
         return Check(name, FAIL,
                      f"NCCL_NET_PLUGIN={wanted} but no {libs[0]} loads here: NCCL logs "
-                     f"'NET/Plugin: Could not find: {wanted} {libs[0]}'{since}", fix)
+                     f"'NET/Plugin: Could not find: {' '.join(_tried(names[0]))}'{since}", fix)
     return Check(name, FAIL,
                  f"NCCL_NET_PLUGIN={wanted} but none of {', '.join(libs)} loads here: "
                  f"NCCL logs 'NET/Plugin: Could not find: ...' for each{since}", fix)
@@ -260,6 +270,7 @@ def check_nccl_plugin(env: Mapping[str, str], plugin: PluginInfo, slingshot: boo
             return Check(name, FAIL,
                          f"NCCL_NET={net} but {seen}: NCCL stops "
                          f"with {not_found_words(net)}",
+                         "unset NCCL_NET_PLUGIN" if off else
                          "load the site's aws-ofi-nccl (its lib dir on LD_LIBRARY_PATH) and "
                          "the libfabric it was built with")
         if version and not _accepts(version, net):
