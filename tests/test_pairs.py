@@ -306,27 +306,6 @@ def test_pairs_parses_no_package_file_itself() -> None:
     assert parses == []
 
 
-@pytest.mark.parametrize("read", [lambda: pairs.vouched(), lambda: pairs.vouched_rccl()])
-def test_each_table_read_resolves_the_package_file_once(monkeypatch, fresh_vouched,
-                                                        read) -> None:
-    """A read of either table resolves the package file once in pairs, for the path its
-    messages say, and not once more to read the rows (paths.package_rows does that)."""
-    import types
-
-    from torchmpi import paths
-
-    calls = []
-
-    def package_file(package: str) -> Path:
-        calls.append(package)
-        return paths.package_file(package)
-
-    seen = types.SimpleNamespace(**{**vars(paths), "package_file": package_file})
-    monkeypatch.setattr(pairs, "paths", seen)  # what pairs itself looks up, not paths'
-    assert read()
-    assert calls == ["nccl_ss11"], calls
-
-
 @pytest.mark.parametrize("site, says", [
     ("lumi", "LUMI's build recipe pairs with RCCL 7.0.3"),
     ("frontier", "OLCF's documented build steps pair with RCCL 7.1.1"),

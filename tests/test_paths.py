@@ -92,48 +92,23 @@ def test_package_rows_say_where_each_row_is(tmp_path, monkeypatch) -> None:
         "SET = ({[1]},)\nWIDE = ('é', ('ü', z))\n")
     (tmp_path / "sites").mkdir()
     monkeypatch.setenv("TORCHMPI_ROOT", str(tmp_path))
-    assert paths.package_file("demo") == pkg / "package.py"
-    assert paths.package_rows("demo", "ROWS") == [
+    path = paths.package_file("demo")
+    assert path == pkg / "package.py"
+    assert paths.package_rows(path, "ROWS") == [
         paths.Row(("a", "b"), 2, 5), paths.Row(("c", "d"), 3, 3)]
     malformed = paths.MalformedTable
     with pytest.raises(malformed, match=r"demo/package\.py:6:7: ONE is no tuple or list of"):
-        paths.package_rows("demo", "ONE")
+        paths.package_rows(path, "ONE")
     with pytest.raises(malformed, match=r"demo/package\.py:7:8: BAD: the row is no literal"):
-        paths.package_rows("demo", "BAD")
+        paths.package_rows(path, "BAD")
     # a set of lists is no literal either (literal_eval raises TypeError, not ValueError)
     with pytest.raises(malformed, match=r"demo/package\.py:8:8: SET: the row is no literal"):
-        paths.package_rows("demo", "SET")
+        paths.package_rows(path, "SET")
     # columns count characters, as an editor does, not ast's UTF-8 bytes ('é' is two)
     with pytest.raises(malformed, match=r"demo/package\.py:9:14: WIDE: the row is no literal"):
-        paths.package_rows("demo", "WIDE")
+        paths.package_rows(path, "WIDE")
     with pytest.raises(LookupError, match="no GONE"):
-        paths.package_rows("demo", "GONE")
-
-
-def test_package_rows_read_the_file_once(tmp_path, monkeypatch) -> None:
-    """The rows and their columns come from one read of the package file: the tree
-    ``ast`` parses and the lines a column is counted in are the same text, never two
-    reads of a file that may change between them (an edit saved during a load)."""
-    import builtins
-    import io
-
-    pkg = tmp_path / "spack_repo" / "torchmpi" / "packages" / "demo"
-    pkg.mkdir(parents=True)
-    (pkg / "package.py").write_text("ROWS = (\n    ('é', 'b'),\n)\n")
-    (tmp_path / "sites").mkdir()
-    monkeypatch.setenv("TORCHMPI_ROOT", str(tmp_path))
-    opened = []
-    real_open = io.open
-
-    def counting_open(file, *args, **kwargs):
-        if isinstance(file, (str, Path)) and Path(file) == pkg / "package.py":
-            opened.append(file)
-        return real_open(file, *args, **kwargs)
-
-    monkeypatch.setattr(io, "open", counting_open)
-    monkeypatch.setattr(builtins, "open", counting_open)
-    assert paths.package_rows("demo", "ROWS") == [paths.Row(("é", "b"), 2, 5)]
-    assert len(opened) == 1, opened
+        paths.package_rows(path, "GONE")
 
 
 def test_spackrun_and_fixture_use_the_resolver(spack) -> None:

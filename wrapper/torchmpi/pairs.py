@@ -131,9 +131,10 @@ def _rows(path: Path, table: str, which: Callable[[tuple], str]) -> list[tuple]:
     """The rows of nccl-ss11's ``table``, read by :func:`torchmpi.paths.package_rows` (the
     one parser of a package's literals), each row's evidence checked (:func:`_evidence`,
     the row named by ``which``); a malformed table is the checkout's error, said at its
-    line and column.  ``path`` is the package file as the caller's messages name it."""
+    line and column.  ``path`` is the package file, resolved once by the caller: the file
+    read is the file every message names."""
     try:
-        rows = paths.package_rows(_PACKAGE, table)
+        rows = paths.package_rows(path, table)
     except paths.MalformedTable as err:
         raise UserError(f"{err}; allowed: a tuple of rows of 7 literal columns") from None
     for row in rows:

@@ -91,14 +91,14 @@ class Row(NamedTuple):
     col: int
 
 
-def package_rows(package: str, name: str) -> list[Row]:
-    """The rows of the table ``name = (row, ...)`` of torchmpi's
-    ``packages/<package>/package.py``, each with its line and column, so that a refusal
-    of one row can point at it.  OSError and LookupError as :func:`package_constant`;
+def package_rows(path: Path, name: str) -> list[Row]:
+    """The rows of the table ``name = (row, ...)`` of the package file ``path`` (the
+    caller's :func:`package_file`, resolved once there, so the file a refusal names is
+    the file read), each with its line and column, so that a refusal of one row can
+    point at it.  OSError and LookupError as :func:`package_constant`;
     :class:`MalformedTable` (naming file:line:col) where the value is no tuple or list,
     or a row no literal.  The file is read once: the tree and the lines its columns are
     counted in are the same text."""
-    path = package_file(package)
     text = path.read_text(encoding="utf-8")
     node = _assigned(path, text, name)
     lines = text.splitlines()
