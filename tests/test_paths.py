@@ -111,6 +111,29 @@ def test_package_rows_say_where_each_row_is(tmp_path, monkeypatch) -> None:
         paths.package_rows(path, "GONE")
 
 
+@pytest.mark.parametrize("splitter", ["\f", "\u2028", "\x1c", "\x85"])
+def test_package_rows_count_lines_as_python_does(tmp_path, splitter: str) -> None:
+    """A form feed (or U+2028, a file separator, NEL) in a comment before the table ends
+    no line for Python's tokenizer, only \\n, \\r\\n and \\r do; a column counted in
+    ``str.splitlines()``' lines would be counted in the line above the row (here one of
+    two-byte characters) and point at the wrong column."""
+    path = tmp_path / "package.py"
+    path.write_text(f"# a comment{splitter} that goes on\nÉÉ = 0\nROWS = (('é', y),)\n",
+                    encoding="utf-8")
+    with pytest.raises(paths.MalformedTable,
+                       match=r"package\.py:3:9: ROWS: the row is no literal"):
+        paths.package_rows(path, "ROWS")
+
+
+def test_package_rows_count_lines_of_any_newline(tmp_path) -> None:
+    """\\r\\n and a lone \\r end a line for Python's tokenizer as \\n does."""
+    path = tmp_path / "package.py"
+    path.write_bytes("# one\r\n# two\rÉÉ = 0\nROWS = (('é', y),)\r\n".encode())
+    with pytest.raises(paths.MalformedTable,
+                       match=r"package\.py:4:9: ROWS: the row is no literal"):
+        paths.package_rows(path, "ROWS")
+
+
 def test_spackrun_and_fixture_use_the_resolver(spack) -> None:
     """The Spack the tests run is the one torchmpi concretize runs."""
     from torchmpi import spackrun

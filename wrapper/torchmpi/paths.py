@@ -101,7 +101,10 @@ def package_rows(path: Path, name: str) -> list[Row]:
     counted in are the same text."""
     text = path.read_text(encoding="utf-8")
     node = _assigned(path, text, name)
-    lines = text.splitlines()
+    # the tokenizer's lines: read_text made every \r\n and \r a \n, and no other
+    # character ends a line for Python (str.splitlines() would also split at a form
+    # feed, U+2028 and more, and count a column in the wrong line)
+    lines = text.split("\n")
 
     def col(item: ast.expr) -> int:
         # ast counts a column in UTF-8 bytes; a refusal counts characters, as editors do
