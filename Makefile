@@ -28,13 +28,19 @@ spack:
 WORKERS ?= 2
 XDIST   := -n $(WORKERS) --dist loadgroup
 
+# Bytecode is cached in __pycache__/ (ignored by git) even where the shell sets
+# PYTHONDONTWRITEBYTECODE, as this project's machines do: without the cache each
+# xdist worker rewrites the asserts of every test module again on every run, and
+# every torchmpi child (a rank, a probe, a verb) compiles the tool's modules again.
+PYTEST  := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
+
 # The 25 slowest steps (fixtures included) end every full run's log: the suite's
 # 30-minute budget is planned from them (docs/testing.md).
 test: setup  ## everything; what .ci/run calls
-	$(ENV) $(PY) -m pytest tests $(XDIST) --durations=25 $(PYTEST_ARGS)
+	$(ENV) $(PYTEST) tests $(XDIST) --durations=25 $(PYTEST_ARGS)
 
 check: setup  ## the fast tests: no Spack, no solve, no compile or pip (minutes; for iteration)
-	$(ENV) $(PY) -m pytest tests $(XDIST) -m "not spack and not concretize and not build" $(PYTEST_ARGS)
+	$(ENV) $(PYTEST) tests $(XDIST) -m "not spack and not concretize and not build" $(PYTEST_ARGS)
 
 mutate: setup  ## plant one-line bugs, run each module's tests, list survivors (docs/testing.md)
 # MUTATE_ARGS="--generated 10 --budget 3600 --head": cosmic-ray's mutants instead, 10 per

@@ -9,6 +9,7 @@ it, puts their minutes back into ``make check`` and fails here.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -50,3 +51,20 @@ def test_make_check_still_runs_the_fast_tests() -> None:
 
 def test_testing_doc_quotes_the_selection() -> None:
     assert f'`-m "{_check_expression()}"`' in (ROOT / "docs" / "testing.md").read_text()
+
+
+def test_the_makefiles_pytest_caches_rewritten_tests_where_the_shell_forbids_bytecode(
+        tmp_path) -> None:
+    """make test and make check run pytest through the Makefile's PYTEST: with
+    PYTHONDONTWRITEBYTECODE=1 in the shell (as on this project's machines) pytest still
+    caches each test module's rewritten asserts, so the next run and every other
+    worker read them instead of rewriting all modules again."""
+    (tmp_path / "test_one.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
+    rule = (f"cached: ; $(PYTEST) -q -p no:cacheprovider -c /dev/null --rootdir {tmp_path}"
+            f" {tmp_path}")
+    proc = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(ROOT),
+                           f"--eval={rule}", "cached"],
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert list((tmp_path / "__pycache__").glob("test_one.*-pytest-*.pyc")), proc.stdout
