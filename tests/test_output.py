@@ -219,6 +219,25 @@ def test_an_unwritable_output_folder_is_named_before_any_work(
         ["sites", output.FOLDERS[kind]])
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs procfs at /proc")
+def test_an_output_folder_the_kernel_will_not_create_is_named_before_any_work(
+        monkeypatch, capsys) -> None:
+    """procfs creates no directory, not even for root, whom access(2) lets write there:
+    the check asks the kernel (a directory made and removed again) and names the flag
+    and the path before anything renders, not a bare path at write time."""
+    from torchmpi import container as containermod
+
+    def no_render(site):
+        raise AssertionError("rendered before the output folder was checked")
+
+    monkeypatch.setattr(containermod, "render", no_render)
+    assert main(["container", "derecho", "-o", "/proc/nonexistent/x"]) == 2
+    err = capsys.readouterr().err
+    assert ("-o/--output /proc/nonexistent/x: cannot create it: /proc refuses a new"
+            " directory") in err, err
+    assert "Traceback" not in err and not Path("/proc/nonexistent").exists()
+
+
 # --- through the verbs that had their own copies -------------------------------------------
 
 

@@ -4,7 +4,8 @@ A solve takes minutes and an all-reduce run longer: finding only at the end
 that the output directory or file cannot be written wastes all of it and, in
 the worst case, ends in a traceback.  These checks run first and name the flag.
 (``os.access`` is what the kernel will allow this user; root passes it for any
-directory, which is right: root can write there.)
+directory, so a directory still to be made is also made once and removed: procfs
+refuses it even to root.)
 """
 
 from __future__ import annotations
@@ -35,6 +36,21 @@ def check_dir(path: Path, flag: str) -> None:
         raise UserError(f"{flag} {path}: cannot create it: {base} is not a directory")
     if not os.access(base, os.W_OK | os.X_OK):
         raise UserError(f"{flag} {path}: cannot create it: {base} is not writable")
+    _probe_mkdir(base / path.absolute().relative_to(base).parts[0], path, flag)
+
+
+def _probe_mkdir(first: Path, path: Path, flag: str) -> None:
+    """Make and remove ``first``, the first missing directory of ``path``: access(2)
+    lets root write anywhere, but a file system may still refuse a directory (procfs,
+    sysfs: ENOENT), which would otherwise surface only at write time, after the work."""
+    try:
+        first.mkdir()
+    except FileExistsError:
+        return  # made meanwhile by someone else: creatable, and not ours to remove
+    except OSError as err:
+        raise UserError(f"{flag} {path}: cannot create it: {first.parent} refuses a new"
+                        f" directory ({err.strerror})") from None
+    first.rmdir()
 
 
 def check_file(path: Path, flag: str) -> None:
