@@ -285,3 +285,32 @@ def test_plugin_none_with_nccl_net_says_to_unset_the_plugin_setting():
                              NCCL_NET="AWS Libfabric")
     check = nccl.check_nccl_plugin(env, plugin, slingshot=True, nodes=2)
     assert check.status == FAIL and check.fix == "unset NCCL_NET_PLUGIN", check
+
+
+def _release(log: str) -> tuple[int, int] | None:
+    """The NCCL release a fixture claims (its ``NCCL version 2.M.P+cuda`` line)."""
+    for line in log.splitlines():
+        if " NCCL INFO NCCL version " in line:
+            major, minor = line.split("NCCL version ", 1)[1].split(".")[:2]
+            return int(major), int(minor)
+    return None
+
+
+@pytest.mark.parametrize("path", sorted(LOGS.glob("*.log")), ids=lambda p: p.name)
+def test_each_log_fixture_prints_what_its_nccl_release_prints(path: Path) -> None:
+    """A fixture that names its NCCL release writes the lines that release prints: the
+    bootstrap line is ``Bootstrap : Using`` up to 2.23 and ``Bootstrap: Using`` from
+    2.24 (NVIDIA/nccl src/bootstrap.cc at v2.23.4-1 and v2.24.3-1), and NCCL 2.27 loads
+    a plugin through the newest interface it knows, v10 (src/plugin/net.cc at
+    v2.27.7-1: ncclNetVersion = {10, 9, 8, 7, 6}), which aws-ofi-nccl from 1.14 on
+    exports.  Logs of both bootstrap forms stay, and the parsers read both."""
+    log = path.read_text()
+    release = _release(log)
+    if release is None:
+        pytest.skip("names no NCCL release")
+    old_form = " NCCL INFO Bootstrap : Using" in log
+    assert old_form == (release < (2, 24)) or "Bootstrap" not in log, path.name
+    if release >= (2, 27):
+        for line in log.splitlines():
+            if "NET/Plugin: Loaded net plugin" in line:
+                assert line.endswith("(v10)"), line
