@@ -7,7 +7,7 @@ import shlex
 import sys
 
 import pytest
-from support.mpi_launch import mpirun, torchrun
+from support.mpi_launch import launch_views, mpirun, viewed_allreduce
 from torchmpi.dist import (
     DEFAULT_PORT,
     Launch,
@@ -185,37 +185,24 @@ def test_exported_launch_reads_back_as_torchrun():
     assert launch_from_env(environ) == Launch("torchrun", 2, 4, 0, 2, "10.0.0.1", 4000)
 
 
-# A real job: init_distributed, then all-gather each rank's view so that one
-# rank can print what the whole job agreed on.
-PROBE = """
-import json, torch, torch.distributed as dist
-from torchmpi.dist import init_distributed
-launch = init_distributed("gloo")
-views = [None] * dist.get_world_size()
-dist.all_gather_object(views, [launch.launcher, launch.rank, launch.world_size,
-                               launch.local_rank, dist.get_rank()])
-if launch.rank == 0:
-    print("VIEWS " + json.dumps(views))
-dist.destroy_process_group()
-"""
+# Real jobs: the allreduce verb of each launcher's shared job (support.mpi_launch's
+# viewed_allreduce) calls init_distributed, then every rank's view is all-gathered so that
+# rank 0 prints what the whole job agreed on -- one job per launcher for this module and
+# tests/test_allreduce.py, whose claims it carries too.
 
 
-def _views(stdout: str) -> list:
-    lines = [line for line in stdout.splitlines() if line.startswith("VIEWS ")]
-    assert len(lines) == 1, stdout
-    return json.loads(lines[0][len("VIEWS "):])
-
-
+@pytest.mark.xdist_group("viewed-mpirun")
 def test_launch_mapping_under_mpirun():
-    proc = mpirun(2, sys.executable, "-c", PROBE)
+    proc = viewed_allreduce("mpirun")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert _views(proc.stdout) == [["openmpi", 0, 2, 0, 0], ["openmpi", 1, 2, 1, 1]]
+    assert launch_views(proc.stderr) == [["openmpi", 0, 2, 0, 0], ["openmpi", 1, 2, 1, 1]]
 
 
+@pytest.mark.xdist_group("viewed-torchrun")
 def test_launch_mapping_under_torchrun():
-    proc = torchrun(2, "--no-python", sys.executable, "-c", PROBE)
+    proc = viewed_allreduce("torchrun")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert _views(proc.stdout) == [["torchrun", 0, 2, 0, 0], ["torchrun", 1, 2, 1, 1]]
+    assert launch_views(proc.stderr) == [["torchrun", 0, 2, 0, 0], ["torchrun", 1, 2, 1, 1]]
 
 
 # mpi4py's rendezvous under a real mpirun.  This machine is one node, so each rank's

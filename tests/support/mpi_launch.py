@@ -7,6 +7,8 @@ come from the venv that runs the tests, so the job sees the same torch.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import shutil
 import subprocess
@@ -33,6 +35,56 @@ def faulty(tensor, *args, **kwargs):
 dist.all_reduce = faulty
 sys.exit(main(sys.argv[1:]))
 """
+
+
+#: ``torchmpi`` that also says how each rank read its launch: ``init_distributed`` is
+#: wrapped so that, once the group exists, every rank's ``[launcher, rank, world size,
+#: local rank, group rank]`` is gathered and rank 0 prints them as one ``VIEWS [...]``
+#: line on stderr (stdout stays the verb's own, table or JSON).  One job then proves the
+#: launch mapping (tests/test_dist.py) and the verb (tests/test_allreduce.py): a torch
+#: import per rank, not two.  Run as ``python -c VIEWED_ALLREDUCE allreduce ...``.
+VIEWED_ALLREDUCE = """
+import json, sys, torch.distributed as dist
+import torchmpi.dist as tdist
+from torchmpi.cli import main
+real = tdist.init_distributed
+def viewed(*args, **kwargs):
+    launch = real(*args, **kwargs)
+    views = [None] * dist.get_world_size()
+    dist.all_gather_object(views, [launch.launcher, launch.rank, launch.world_size,
+                                   launch.local_rank, dist.get_rank()])
+    if launch.rank == 0:
+        print("VIEWS " + json.dumps(views), file=sys.stderr, flush=True)
+    return launch
+tdist.init_distributed = viewed
+sys.exit(main(sys.argv[1:]))
+"""
+
+#: The arguments of each launcher's shared job (:func:`viewed_allreduce`): under mpirun a
+#: ``--json`` run with a floor any machine meets, under torchrun a plain table.
+VIEWED_ARGS = {
+    "mpirun": ("--sizes", "8,1K", "--warmup", "0", "--iters", "1", "--min-busbw", "0.000001",
+               "--json"),
+    "torchrun": ("--sizes", "1K", "--warmup", "0", "--iters", "2"),
+}
+
+
+@functools.cache
+def viewed_allreduce(launcher: str) -> subprocess.CompletedProcess:
+    """One 2-rank :data:`VIEWED_ALLREDUCE` job per launcher and test process, read by the
+    tests of two modules (each marked ``xdist_group("viewed-<launcher>")`` so that
+    ``--dist loadgroup`` runs them where the job ran): a session fixture across modules."""
+    argv = (sys.executable, "-c", VIEWED_ALLREDUCE, "allreduce", *VIEWED_ARGS[launcher])
+    if launcher == "torchrun":
+        return torchrun(2, "--no-python", *argv)
+    return mpirun(2, *argv)
+
+
+def launch_views(stderr: str) -> list:
+    """The ``VIEWS`` line of a :data:`VIEWED_ALLREDUCE` job, parsed."""
+    lines = [line for line in stderr.splitlines() if line.startswith("VIEWS ")]
+    assert len(lines) == 1, stderr
+    return json.loads(lines[0][len("VIEWS "):])
 
 
 def wrong_allreduce_torchmpi(path: Path) -> Path:
