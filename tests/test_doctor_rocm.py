@@ -98,6 +98,48 @@ def test_rccl_plugin_names_follow_rccl() -> None:
     assert rocm.plugin_names({"NCCL_NET_PLUGIN": "ofi"}) == ["librccl-net-ofi.so"]
 
 
+@pytest.mark.parametrize(("value", "names"), [
+    ("ofi", ["librccl-net-ofi.so"]),
+    ("/opt/p/librccl-net.so", ["/opt/p/librccl-net.so"]),
+    ("./librccl-net.so", ["./librccl-net.so"]),
+    ("librccl-anp.so", ["librccl-anp.so"]),  # lib*.so: taken as given, nothing composed
+    ("libfoo.so.1", ["libfoo.so.1", "librccl-net-libfoo.so.1.so"]),
+    ("ofi,/opt/p/librccl-net.so", ["librccl-net-ofi.so", "/opt/p/librccl-net.so"]),
+    (",ofi,,", ["librccl-net-ofi.so"]),  # strtok_r skips empty names
+    ("ofi, anp", ["librccl-net-ofi.so", "librccl-net- anp.so"]),  # split at "," only
+    ("none", []),
+    ("NONE", []),
+])
+def test_rccl_reads_nccl_net_plugin_as_nccl_2_27_does(value: str, names: list[str]) -> None:
+    """One reader for both: RCCL's loader on NCCL 2.27 splits NCCL_NET_PLUGIN at commas
+    and tries each name as NCCL 2.27.7 does (as given, then <prefix>-<name>.so unless a
+    path or a lib*.so name), with RCCL's prefix librccl-net where NCCL has libnccl-net;
+    "none" in any case loads no external plugin."""
+    assert rocm.plugin_names({"NCCL_NET_PLUGIN": value}) == names
+    nvidia = [n.replace("librccl-net-", "libnccl-net-") for n in names]
+    assert nccl.plugin_names({"NCCL_NET_PLUGIN": value})[2:] == [
+        n for n in nvidia if n not in ("libnccl-net.so", "libnccl-net-ofi.so")]
+
+
+def test_rccl_none_loads_no_external_plugin() -> None:
+    """NCCL_NET_PLUGIN=none: RCCL tries none and librccl-net-none.so, finds neither and
+    uses its internal transports, so the check says to unset it (as for NCCL), not that
+    an empty list of files is missing."""
+    assert rocm.plugin_names({"NCCL_NET_PLUGIN": "none"}) == []
+    check = rocm.check_rccl_plugin({"NCCL_NET_PLUGIN": "none"}, nccl.PluginInfo(), True, 2)
+    assert check.status == "FAIL" and check.fix == "unset NCCL_NET_PLUGIN", check
+    assert "no external plugin" in check.detail and "finds no  " not in check.detail, check
+
+
+def test_an_rccl_plugin_list_is_tried_name_by_name() -> None:
+    """A list names every file RCCL would look for, each with RCCL's prefix."""
+    env = {"NCCL_NET_PLUGIN": "anp,ofi"}
+    assert rocm.plugin_names(env) == ["librccl-net-anp.so", "librccl-net-ofi.so"]
+    check = rocm.check_rccl_plugin(env, nccl.PluginInfo(), True, 2)
+    assert check.status == "FAIL" and (
+        "librccl-net-anp.so or librccl-net-ofi.so" in check.detail), check
+
+
 @pytest.fixture(scope="module")
 def plugin_dir(tmp_path_factory) -> Path:
     """aws-ofi-nccl 1.19.0 built for ROCm as Spack installs it: lib/librccl-net.so

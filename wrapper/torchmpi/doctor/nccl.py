@@ -127,28 +127,34 @@ else:
 """.replace("@M@", MAP_MARK)
 
 
-def _tried(plugin: str) -> list[str]:
+#: What NCCL composes a file name from for one NCCL_NET_PLUGIN name: <prefix>-<name>.so
+#: (src/plugin/plugin_open.cc at v2.27.7-1, pluginPrefix); RCCL's is librccl-net
+#: (:mod:`torchmpi.doctor.rocm`).
+NET_PREFIX = "libnccl-net"
+
+
+def tried(plugin: str, prefix: str = NET_PREFIX) -> list[str]:
     """What NCCL dlopen()s for one NCCL_NET_PLUGIN name, in its order: the name as
-    given, then libnccl-net-<name>.so unless the name is a path or already a library
+    given, then <prefix>-<name>.so unless the name is a path or already a library
     name (lib*.so), as src/plugin/plugin_open.cc has it at v2.27.7-1 and v2.29.2-1.
     (Up to v2.27.3-1 the second form was tried for every name; for a path or a lib*.so
     name it can only fail, so the verdict is the same.)"""
     if "/" in plugin or (plugin.startswith("lib") and plugin.endswith(".so")):
         return [plugin]
-    return [plugin, f"libnccl-net-{plugin}.so"]
+    return [plugin, f"{prefix}-{plugin}.so"]
 
 
-def _candidates(plugin: str) -> list[str]:
-    """The files of :func:`_tried` a loader child can find: a bare name with neither
+def candidates(plugin: str, prefix: str = NET_PREFIX) -> list[str]:
+    """The files of :func:`tried` a loader child can find: a bare name with neither
     '/' nor '.so' ("ofi") is a file name no library path holds."""
-    return [name for name in _tried(plugin) if "/" in name or ".so" in name]
+    return [name for name in tried(plugin, prefix) if "/" in name or ".so" in name]
 
 
 def plugin_names(env: Mapping[str, str]) -> list[str]:
     """The libraries NCCL would dlopen as its net plugin, given NCCL_NET_PLUGIN."""
     wanted = ["libnccl-net.so", "libnccl-net-ofi.so"]
     for plugin in requested_plugins(env):
-        wanted += _candidates(plugin)
+        wanted += candidates(plugin)
     return list(dict.fromkeys(wanted))
 
 
@@ -220,16 +226,16 @@ def _plugin_list_check(wanted: str, names: list[str], plugin: PluginInfo,
                      f"NCCL_NET_PLUGIN={wanted} is a list, but NCCL {nccl_version} reads "
                      f"it as one library name (lists from {_fmt(NCCL_PLUGIN_LIST)})",
                      "set NCCL_NET_PLUGIN to one name")
-    if any(plugin.libraries.get(lib) for n in names for lib in _candidates(n)):
+    if any(plugin.libraries.get(lib) for n in names for lib in candidates(n)):
         return None
-    libs = [_tried(n)[-1] for n in names]
+    libs = [tried(n)[-1] for n in names]
     since = (f"; plugin {_fmt(version)} predates libnccl-net-ofi.so (from "
              f"{_fmt(PLUGIN_OFI_LIBRARY)})"
              if "ofi" in names and version and version < PLUGIN_OFI_LIBRARY else "")
     if len(names) == 1:
         return Check(name, FAIL,
                      f"NCCL_NET_PLUGIN={wanted} but no {libs[0]} loads here: NCCL logs "
-                     f"'NET/Plugin: Could not find: {' '.join(_tried(names[0]))}'{since}", fix)
+                     f"'NET/Plugin: Could not find: {' '.join(tried(names[0]))}'{since}", fix)
     return Check(name, FAIL,
                  f"NCCL_NET_PLUGIN={wanted} but none of {', '.join(libs)} loads here: "
                  f"NCCL logs 'NET/Plugin: Could not find: ...' for each{since}", fix)

@@ -38,6 +38,9 @@ from torchmpi.doctor.core import FAIL, PASS, SKIP, Check, Runner
 GTL = "libmpi_gtl_hsa"
 #: What RCCL opens without NCCL_NET_PLUGIN, in order (see the module docstring).
 PLUGIN_LIBRARIES = ("librccl-net.so", "libnccl-net.so")
+#: RCCL's file name for one NCCL_NET_PLUGIN name is librccl-net-<name>.so (ROCm/rccl
+#: ``src/plugin/plugin_open.cc``@145a0512, pluginPrefix), NCCL's libnccl-net-<name>.so.
+PREFIX = "librccl-net"
 
 
 @dataclass
@@ -99,13 +102,28 @@ def check_gpu(gpu_count: int, hip_build: str | None, smi: SmiInfo,
 
 
 def plugin_names(env: Mapping[str, str]) -> list[str]:
-    """The libraries RCCL would dlopen as its net plugin, given NCCL_NET_PLUGIN."""
-    plugin = env.get("NCCL_NET_PLUGIN", "").strip()
-    if not plugin:
+    """The libraries RCCL would dlopen as its net plugin, given NCCL_NET_PLUGIN.
+
+    Read by NCCL's reader (:func:`nccl.requested_plugins`, :func:`nccl.candidates`)
+    with RCCL's prefix: RCCL's loader on NCCL 2.27 is NCCL 2.27.7's but for the
+    prefix (ROCm/rccl ``src/plugin/net.cc``@0123763f splits the value at commas with
+    strtok_r; ``src/plugin/plugin_open.cc``@145a0512 tries a name as given, then
+    ``librccl-net-<name>.so`` unless it is a path or a lib*.so name), so a list and
+    "none" (no file of that name: no external plugin) mean what they mean to NCCL.
+    Where RCCL differs:
+
+    * unset: :data:`PLUGIN_LIBRARIES`, not NCCL's pair: which default a release opens
+      differs (see the module docstring), so both are tried;
+    * RCCL on NCCL 2.26's loader (ROCm/rccl ``src/plugin/net.cc``@29e8452a passes the
+      whole value to one open) reads a list as one name that no file has; the doctor
+      knows no RCCL release to tell the two loaders apart, so it reads a list as 2.27's
+      does, and a job on the older one logs ``Could not find`` for the whole value.
+    """
+    if not env.get("NCCL_NET_PLUGIN", "").strip():
         return list(PLUGIN_LIBRARIES)
-    wanted = [plugin] if "/" in plugin or plugin.endswith(".so") else []
-    wanted += [f"librccl-net-{plugin}.so"] if "/" not in plugin else []
-    return list(dict.fromkeys(wanted))
+    names = [name for plugin in nccl.requested_plugins(env)
+             for name in nccl.candidates(plugin, PREFIX)]
+    return list(dict.fromkeys(names))
 
 
 def resolve_plugin(env: Mapping[str, str], runner: Runner) -> dict[str, nccl.Mapped]:
@@ -124,9 +142,9 @@ def check_rccl_plugin(env: Mapping[str, str], plugin: nccl.PluginInfo, slingshot
                       nodes: int | None, has_nccl: bool = True) -> Check:
     """The RCCL plugin: NCCL_NET_PLUGIN against the files RCCL opens, then the NCCL
     check's rules (plugin releases, NCCL_NET, Slingshot) in RCCL's names."""
-    wanted = env.get("NCCL_NET_PLUGIN", "").strip()
-    if has_nccl and wanted and not plugin.libraries:
-        tried = " or ".join(plugin_names(env))
+    wanted, names = env.get("NCCL_NET_PLUGIN", "").strip(), plugin_names(env)
+    if has_nccl and wanted and names and not plugin.libraries:
+        tried = " or ".join(names)
         broken = "; ".join(f"{lib}: {err}" for lib, err in plugin.errors.items())
         return Check("nccl.plugin", FAIL,
                      f"NCCL_NET_PLUGIN={wanted} but RCCL finds no {tried}"
@@ -134,7 +152,8 @@ def check_rccl_plugin(env: Mapping[str, str], plugin: nccl.PluginInfo, slingshot
                      + ": RCCL logs 'NET/Plugin: ... No plugin found' and uses sockets",
                      "set NCCL_NET_PLUGIN to the full path of the aws-ofi-nccl ROCm "
                      "build's lib/librccl-net.so (Frontier: module load rccl-net-plugin)")
-    rest = {k: v for k, v in env.items() if k != "NCCL_NET_PLUGIN"}
+    # "none" stays for the NCCL check, which says what it means (no external plugin)
+    rest = {k: v for k, v in env.items() if k != "NCCL_NET_PLUGIN" or not names}
     check = _rccl(nccl.check_nccl_plugin(rest, plugin, slingshot, nodes, has_nccl))
     if wanted and check.status == PASS:
         check = replace(check, detail=check.detail.replace(
