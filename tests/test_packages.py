@@ -1300,6 +1300,27 @@ def test_amd_slingshot_defaults_carry_what_olcf_and_lumi_document() -> None:
     assert "MIOPEN_CUSTOM_CACHE_DIR" in amd["centres"]["lumi"]["env"]
 
 
+def test_node_kinds_are_matched_on_site_keys_and_cited() -> None:
+    """``vendors.<vendor>.nodes.<kind>``: ``when`` names site-file keys (dotted)
+    with values the site schema allows for them, and each value adds a name
+    the shared ``env`` lacks and names a source at a commit."""
+    import archspec.cpu
+
+    data, vendors = _fabric_vendors()
+    schema = json.loads((ROOT / "wrapper/torchmpi/schema/site.schema.json").read_text())
+    allowed = {"target": set(archspec.cpu.TARGETS),
+               "gpu.cuda_arch": {str(v) for v in schema["$defs"]["cuda_arch"]["enum"]}}
+    nodes = {k: n for v in vendors.values() for k, n in (v.get("nodes") or {}).items()}
+    assert "gh200" in nodes
+    for kind, node in nodes.items():
+        assert node["when"] and set(node["when"]) <= set(allowed), kind
+        for key, values in node["when"].items():
+            assert values and {str(v) for v in values} <= allowed[key], (kind, key)
+        assert node["env"] and not set(node["env"]) & set(data["env"]), kind
+        cited = [c for entry in node["env"].values() for c in entry["source"].split(";")]
+        assert all(re.search(r"\w/[\w.-]+@[0-9a-f]{7} \S+:\d", c) for c in cited), cited
+
+
 def test_runtime_ignores_the_vendor_block() -> None:
     """Until a site names its GPU vendor, the Slingshot defaults a site gets
     are the shared ``env`` alone (shipped sites render as before)."""

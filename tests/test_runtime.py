@@ -256,3 +256,76 @@ def test_each_layer_with_values_is_cited_and_a_layer_without_is_not() -> None:
     assert all(cited for _, cited in runtime.resolve(sitemod.load("perlmutter").data).sources)
     assert not [w for w, _ in runtime.resolve(sitemod.load("perlmutter").data).sources
                 if "GPUs on" in w or w.startswith("centre defaults")]
+
+
+# --- GH200 on Slingshot: HPE's GDRCopy corruption workaround ----------------------
+
+#: HPE shs-ccl-docs ccl_env.sh (commit "Force LL128 traffic onto rendezvous path to
+#: avoid GDRCopy corruption"): eager LL128-sized sends are copied by GDRCopy, which
+#: corrupts data on GH200; CSCS's PyTorch uenv for GH200 sets both too.
+GH200_RDZV = {"FI_CXI_RDZV_THRESHOLD": "0", "FI_CXI_RDZV_GET_MIN": "0"}
+
+
+def _alps(edit=None) -> dict:
+    """alps-gh200.yaml without the two values in its runtime.env, after ``edit``,
+    with the schema's defaults as at load: a GH200 Slingshot site written from
+    the docs."""
+    def without(d):
+        for name in GH200_RDZV:
+            d["runtime"]["env"].pop(name)
+        if edit:
+            edit(d)
+    data = site_data("alps-gh200", without)
+    fill_defaults(data)
+    return data
+
+
+def test_a_gh200_slingshot_site_gets_hpe_rendezvous_values_cited() -> None:
+    rt = runtime.resolve(_alps())
+    assert {k: rt.set.get(k) for k in GH200_RDZV} == GH200_RDZV
+    sources = dict(rt.sources)
+    cited = sources["gh200 nodes (nvidia GPUs on slingshot)"]
+    assert "HewlettPackard/shs-ccl-docs@1437748 ccl_env.sh:17" in cited
+    assert "eth-cscs/alps-uenv@0db6323" in cited
+
+
+def test_a_gh200_site_stating_another_value_keeps_its_own() -> None:
+    env = runtime.environment(_alps(lambda d: d["runtime"]["env"].update(
+        FI_CXI_RDZV_THRESHOLD=16384)))
+    assert env["FI_CXI_RDZV_THRESHOLD"] == "16384"
+    assert env["FI_CXI_RDZV_GET_MIN"] == "0"
+
+
+def test_a_gh200_site_stating_both_cites_no_gh200_layer() -> None:
+    """alps-gh200 states both (as its uenv does): the layer gives it no value,
+    so runtime.sh names no source for it and the rendered files stay as they were."""
+    rt = runtime.resolve(sitemod.load("alps-gh200").data)
+    assert not [w for w, _ in rt.sources if w.startswith("gh200")]
+
+
+def test_the_gh200_values_reach_all_three_renderings(tmp_path: Path) -> None:
+    def edit(d):
+        for name in GH200_RDZV:
+            d["runtime"]["env"].pop(name)
+    site = edited_site(tmp_path, "alps-gh200", edit)
+    sh, spack, module = _three(renderer.render(site, tmp_path / "env"), tmp_path)
+    for got in (sh, spack, module):
+        assert {k: str(got.get(k)) for k in GH200_RDZV} == GH200_RDZV
+
+
+@pytest.mark.parametrize("name, edit", [
+    ("perlmutter", None),                                          # NVIDIA A100 on x86
+    ("frontier", None),                                            # AMD MI250X
+    ("jupiter", None),                                             # GH200 on InfiniBand
+    ("alps-gh200", lambda d: d["gpu"].update(cuda_arch=100)),      # Grace + Blackwell
+    ("alps-gh200", lambda d: d.update(target="zen3")),             # Hopper on x86
+])
+def test_no_other_node_gets_the_gh200_values(name: str, edit) -> None:
+    if name == "alps-gh200":
+        data = _alps(edit)
+    else:
+        data = site_data(name)
+        fill_defaults(data)
+    env = runtime.environment(data)
+    assert not {k for k in GH200_RDZV if k in env}, name
+    assert not [w for w, _ in runtime.resolve(data).sources if w.startswith("gh200")]

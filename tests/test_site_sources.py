@@ -174,8 +174,12 @@ def test_alps_stack_is_the_pytorch_uenv() -> None:
 
 
 def test_ll128_is_not_a_slingshot_default() -> None:
-    """Only CSCS sets NCCL_PROTO=^LL128 (a measured preference on Alps), so it is
-    Alps' value, not the fabric's (docs/design.md, "Slingshot runtime defaults")."""
+    """Only CSCS sets NCCL_PROTO=^LL128, for speed: LL128, on by default from NCCL
+    2.27, "typically performs worse on Slingshot" (eth-cscs/cscs-docs@80abed1
+    docs/software/communication/nccl_env_vars:13-15; the uenv recipe gives no
+    reason).  So it is Alps' value, not the fabric's (docs/design.md, "Slingshot
+    runtime defaults").  HPE's GH200 corruption workaround keeps LL128 and moves
+    LL128-sized sends to rendezvous instead (FI_CXI_RDZV_*, the fabric's gh200 layer)."""
     _, defaults = runtime.fabric_defaults("slingshot")
     assert "NCCL_PROTO" not in dict(defaults)
     assert "Slingshot runtime defaults" in (paths.root() / "docs" / "design.md").read_text()

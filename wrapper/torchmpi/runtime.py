@@ -9,7 +9,10 @@ Layers, lowest first:
 
 1. the fabric's defaults, data shipped with the tool
    (``data/fabrics/<fabric>.yaml``, each value with its source), so that a
-   Slingshot site does not restate HPE's settings;
+   Slingshot site does not restate HPE's settings; then the file's
+   ``vendors.<gpu.vendor>`` values, those of the kind of node the site
+   describes (``nodes``: GH200) and those of the site's ``runtime.centre``
+   (:func:`vendor_layer`);
 2. the site file's ``runtime.env`` (overrides a default in place, or adds);
 3. ``MPICH_GPU_SUPPORT_ENABLED=1`` when Cray MPICH is built with GTL
    (:func:`cray_gpu_switch`) and the site did not say it.
@@ -105,20 +108,49 @@ def launcher_flags() -> tuple[dict[str, str], ...]:
     return tuple(out)
 
 
+def _site_values(data: dict[str, Any], dotted: str) -> set[str]:
+    """A site-file key's values as strings: ``gpu.cuda_arch`` ``[80, 86]`` or
+    ``'80,86'`` -> ``{'80', '86'}``; ``target`` -> ``{'neoverse_v2'}``; none if absent."""
+    value: Any = data
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    items = value if isinstance(value, list) else str(value).split(",") if value else []
+    return {str(v) for v in items}
+
+
+def _node_layers(data: dict[str, Any], block: dict[str, Any]) -> list[tuple[str, dict]]:
+    """The vendor block's ``nodes.<kind>`` whose ``when`` the site matches (GH200's
+    rendezvous values), each with only the names the site's ``runtime.env`` does
+    not state: the site's value wins anyway, and a layer that gives nothing
+    names no source (alps-gh200 states both, as CSCS's uenv does)."""
+    stated = set((data.get("runtime") or {}).get("env") or {})
+    out = []
+    for kind, node in (block.get("nodes") or {}).items():
+        if all(_site_values(data, key) & {str(v) for v in allowed}
+               for key, allowed in node["when"].items()):
+            env = {k: v for k, v in (node.get("env") or {}).items() if k not in stated}
+            out.append((kind, {"env": env}))
+    return out
+
+
 def vendor_layer(data: dict[str, Any], out: Runtime) -> None:
-    """The fabric file's ``vendors.<vendor>`` values, then its ``centres.<runtime.centre>``.
+    """The fabric file's ``vendors.<vendor>`` values, its ``nodes.<kind>`` the site's
+    nodes match, then its ``centres.<runtime.centre>``.
 
     What only one GPU vendor's collective library takes on the fabric (AMD's
-    ``HSA_FORCE_FINE_GRAIN_PCIE``), and what a centre documents on top for
-    that vendor (OLCF's ``FI_MR_CACHE_MONITOR=kdreg2``), each value with its
-    source; ``multi_node_only`` values leave ``set`` for :attr:`Runtime.by_nodes`.
-    NVIDIA has no block, so NVIDIA sites resolve as before.
+    ``HSA_FORCE_FINE_GRAIN_PCIE``), what one kind of node needs (GH200's
+    ``FI_CXI_RDZV_THRESHOLD=0``, against GDRCopy corruption), and what a centre
+    documents on top for that vendor (OLCF's ``FI_MR_CACHE_MONITOR=kdreg2``),
+    each value with its source; ``multi_node_only`` values leave ``set`` for
+    :attr:`Runtime.by_nodes`.  Other NVIDIA nodes get nothing here.
     """
     fabric, vendor = data.get("fabric"), gpuvendor.of(data)
     block = (gpuvendor.fabric_vendors(fabric).get(vendor) or {}) if fabric else {}
     centre_name = (data.get("runtime") or {}).get("centre")
     centre = (block.get("centres") or {}).get(centre_name) or {}
-    for what, layer in ((f"{vendor} GPUs on {fabric}", block),
+    nodes = [(f"{kind} nodes ({vendor} GPUs on {fabric})", layer)
+             for kind, layer in _node_layers(data, block)]
+    for what, layer in ((f"{vendor} GPUs on {fabric}", block), *nodes,
                         (f"centre defaults ({centre_name}, {vendor} GPUs)", centre)):
         env = layer.get("env") or {}
         out.set.update((k, str(v["value"])) for k, v in env.items())
