@@ -433,7 +433,7 @@ def test_compute_node_verbs_work_without_site_tooling_modules():
 def _plugin(version: str, *libs: str, **env: str):
     lib_dir = f"/sw/aws-ofi-nccl-{version}-x/lib"
     env = {"LD_LIBRARY_PATH": lib_dir, **env}
-    return env, nccl.plugin_from_maps(mapped_at(lib_dir, *libs))
+    return env, nccl.plugin_from_maps(mapped_at(lib_dir, *libs, env=env))
 
 
 def _log(name: str) -> str:
@@ -489,6 +489,9 @@ def failure_catalogue() -> list:
         nccl.check_nccl_plugin(*_plugin("1.16.0", "libnccl-net.so",
                                         NCCL_NET="AWS Libfabric"), True, 2),
         nccl.check_nccl_plugin(*_plugin("1.19.0", NCCL_NET="AWS Libfabric"), True, 2),
+        nccl.check_nccl_plugin(*_plugin("1.19.0", "libnccl-net-ofi.so",
+                                        NCCL_NET="AWS Libfabric"), True, 4),
+        nccl.check_nccl_plugin(*_plugin("1.19.0", "libnccl-net-ofi.so"), True, 4),
         nccl.check_nccl_plugin(*_plugin("1.19.0"), True, 2),
         nccl.check_nccl_plugin(*_plugin("1.19.0", "libnccl-net.so",
                                         NCCL_NET="AWS Libfabric"), True, 1),

@@ -28,7 +28,7 @@ def plugin_env(version: str, *libs: str, **env: str) -> tuple[dict, nccl.PluginI
     """An environment with the plugin's lib dir on LD_LIBRARY_PATH holding ``libs``."""
     lib_dir = PREFIX.format(v=version)
     env = {"LD_LIBRARY_PATH": f"{lib_dir}:/usr/local/lib", **env}
-    return env, nccl.plugin_from_maps(mapped_at(lib_dir, *libs))
+    return env, nccl.plugin_from_maps(mapped_at(lib_dir, *libs, env=env))
 
 
 def test_net_name_table_matches_the_recorded_plugin_sources():
@@ -42,7 +42,8 @@ def test_net_name_table_matches_the_recorded_plugin_sources():
 def test_plugin_reads_version_from_the_install_prefix():
     _, plugin = plugin_env("1.19.0", "libnccl-net.so", "libnccl-net-ofi.so")
     assert plugin.version == (1, 19, 0)
-    assert sorted(plugin.libraries) == ["libnccl-net-ofi.so", "libnccl-net.so"]
+    assert sorted(plugin.libraries) == ["libnccl-net.so"]  # what NCCL opens, unset
+    assert sorted(plugin.unused) == ["libnccl-net-ofi.so"]
 
 
 def test_plugin_reads_version_from_the_log():
@@ -149,18 +150,36 @@ def test_the_first_library_naming_a_release_gives_the_version() -> None:
 
 
 @pytest.mark.parametrize("plugin, names", [
-    ("", ["libnccl-net.so", "libnccl-net-ofi.so"]),
-    ("ofi", ["libnccl-net.so", "libnccl-net-ofi.so"]),
-    ("aws", ["libnccl-net.so", "libnccl-net-ofi.so", "libnccl-net-aws.so"]),
-    ("libmine.so", ["libnccl-net.so", "libnccl-net-ofi.so", "libmine.so"]),
-    ("mine.so", ["libnccl-net.so", "libnccl-net-ofi.so", "mine.so", "libnccl-net-mine.so.so"]),
-    ("/opt/p/lib/net", ["libnccl-net.so", "libnccl-net-ofi.so", "/opt/p/lib/net"]),
+    ("", ["libnccl-net.so"]),
+    ("ofi", ["libnccl-net-ofi.so"]),
+    ("aws", ["libnccl-net-aws.so"]),
+    ("libmine.so", ["libmine.so"]),
+    ("mine.so", ["mine.so", "libnccl-net-mine.so.so"]),
+    ("/opt/p/lib/net", ["/opt/p/lib/net"]),
 ])
 def test_the_libraries_nccl_would_try_for_a_net_plugin_setting(plugin, names) -> None:
     """NCCL tries the name as given, then libnccl-net-<name>.so unless the name is a
     path or a lib*.so name (src/plugin/plugin_open.cc at v2.27.7-1 and v2.29.2-1); a
-    bare name no library path holds ("ofi") is not loaded by a child."""
+    bare name no library path holds ("ofi") is not loaded by a child.  Unset, it opens
+    libnccl-net.so and nothing else (src/plugin/net.cc at v2.29.2-1, defaultNetPlugin;
+    src/net.cc at v2.21.5-1): libnccl-net-ofi.so is loaded only to name the fix."""
     assert nccl.plugin_names({"NCCL_NET_PLUGIN": plugin}) == names
+    assert nccl.alternatives({"NCCL_NET_PLUGIN": plugin}) == (
+        [] if plugin else ["libnccl-net-ofi.so"])
+
+
+def test_an_unused_ofi_library_gives_no_version_over_the_opened_one() -> None:
+    """The release is read from the library NCCL opens first; an unused one only
+    stands in when nothing NCCL opens loads."""
+    maps = {"libnccl-net.so": nccl.Mapped("libnccl-net.so", [
+                "/sw/aws-ofi-nccl-1.19.0/lib/libnccl-net.so"]),
+            "libnccl-net-ofi.so": nccl.Mapped("libnccl-net-ofi.so", [
+                "/sw/aws-ofi-nccl-1.16.0/lib/libnccl-net-ofi.so"], opened=False)}
+    info = nccl.plugin_from_maps({k: maps[k] for k in reversed(maps)})
+    assert info.version == (1, 19, 0) and list(info.libraries) == ["libnccl-net.so"]
+    del maps["libnccl-net.so"]
+    info = nccl.plugin_from_maps(maps)
+    assert info.libraries == {} and info.version == (1, 16, 0)
 
 
 def test_only_the_ofi_setting_is_said_to_predate_its_library() -> None:
@@ -210,8 +229,7 @@ def test_nccl_net_plugin_is_a_list_from_nccl_2_27():
     """From 2.27.3 NCCL splits NCCL_NET_PLUGIN at commas and tries each name in turn
     (src/plugin/net.cc at v2.27.3-1: strtok_r(..., ",")): one that loads is enough."""
     env = {"NCCL_NET_PLUGIN": "ofi,aws"}
-    assert nccl.plugin_names(env) == ["libnccl-net.so", "libnccl-net-ofi.so",
-                                      "libnccl-net-aws.so"]
+    assert nccl.plugin_names(env) == ["libnccl-net-ofi.so", "libnccl-net-aws.so"]
     env, plugin = plugin_env("1.19.0", "libnccl-net.so", "libnccl-net-ofi.so",
                              NCCL_NET_PLUGIN="missing,ofi")
     check = nccl.check_nccl_plugin(env, plugin, True, 2)
@@ -236,8 +254,7 @@ def test_nccl_net_plugin_none_means_no_external_plugin(value):
     """From 2.28.3 "none" (strcasecmp) empties the list (src/plugin/net.cc at
     v2.28.3-1:244); earlier releases look for libnccl-net-none.so, find none and use
     no external plugin either.  Not a missing library: no plugin, by choice."""
-    assert nccl.plugin_names({"NCCL_NET_PLUGIN": value}) == ["libnccl-net.so",
-                                                             "libnccl-net-ofi.so"]
+    assert nccl.plugin_names({"NCCL_NET_PLUGIN": value}) == []
     env, plugin = plugin_env("1.19.0", "libnccl-net.so", NCCL_NET_PLUGIN=value)
     check = nccl.check_nccl_plugin(env, plugin, slingshot=False, nodes=2)
     assert check.status == PASS and "no net plugin" in check.detail, check

@@ -112,3 +112,54 @@ def test_no_plugin_anywhere(tmp_path):
     plugin = resolve(str(tmp_path))
     assert plugin.libraries == {} and plugin.libfabric == ""
     assert nccl.check_nccl_plugin({}, plugin, True, 2).status == FAIL
+
+
+def test_a_lone_ofi_library_is_not_the_plugin_nccl_opens(libs, tmp_path):
+    """aws-ofi-nccl configured --disable-nccl-net-library installs libnccl-net-ofi.so
+    alone (src/Makefile.am and configure.ac at v1.19.2); with NCCL_NET_PLUGIN unset NCCL
+    opens libnccl-net.so only (NVIDIA/nccl src/plugin/net.cc at v2.29.2-1,
+    defaultNetPlugin), finds none and stops on NCCL_NET.  The doctor says so, and that
+    NCCL_NET_PLUGIN=ofi is the way to it; set, the same file is the plugin and passes."""
+    lib = tmp_path / "aws-ofi-nccl-1.19.2-nolink" / "lib"
+    lib.mkdir(parents=True)
+    shutil.copy(libs["plugin"] / "libnccl-net.so", lib / "libnccl-net-ofi.so")
+    env = {"NCCL_NET": "AWS Libfabric"}
+    plugin = resolve(str(lib))
+    assert plugin.libraries == {}
+    assert plugin.unused == {"libnccl-net-ofi.so": str(lib / "libnccl-net-ofi.so")}
+    check = nccl.check_nccl_plugin(env, plugin, True, 4)
+    assert check.status == FAIL, check
+    assert "libnccl-net-ofi.so" in check.detail and "NCCL_NET_PLUGIN=ofi" in check.fix, check
+    check = nccl.check_nccl_plugin({}, plugin, True, 4)  # NCCL_NET unset: sockets
+    assert check.status == FAIL and "NCCL_NET_PLUGIN=ofi" in check.fix, check
+    env["NCCL_NET_PLUGIN"] = "ofi"
+    plugin = resolve(str(lib), NCCL_NET_PLUGIN="ofi")
+    assert plugin.libraries == {"libnccl-net-ofi.so": str(lib / "libnccl-net-ofi.so")}
+    assert plugin.version == (1, 19, 2)
+    assert nccl.check_nccl_plugin(env, plugin, True, 4).status == PASS
+
+
+def test_a_plugin_with_an_unresolved_function_fails_as_it_fails_in_nccl(libs, tmp_path):
+    """NCCL dlopen()s its plugin RTLD_NOW | RTLD_LOCAL (src/plugin/plugin_open.cc at
+    v2.27.7-1, src/net.cc at v2.21.5-1) and hands it its functions only as pointers
+    (init's logger argument), so a function the plugin leaves undefined fails NCCL's
+    load.  A lazy load would pass it: the doctor must load as NCCL does."""
+    import ctypes
+
+    lib = tmp_path / "aws-ofi-nccl-1.19.0-undef" / "lib"
+    lib.mkdir(parents=True)
+    src = tmp_path / "undef.c"
+    src.write_text("int fi_version(void);\nint nowhere_defined(int);\n"
+                   "int plugin_probe(void) { return fi_version() + nowhere_defined(1); }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib / "libnccl-net.so"), str(src),
+                    f"-L{libs['fabric']}", "-lfabric", f"-Wl,-rpath,{libs['fabric']}"],
+                   check=True)
+    with pytest.raises(OSError, match="undefined symbol: nowhere_defined"):
+        ctypes.CDLL(str(lib / "libnccl-net.so"), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    # NOW first: once an object is loaded lazily, a later NOW dlopen of it did not fail
+    ctypes.CDLL(str(lib / "libnccl-net.so"), mode=os.RTLD_LAZY | os.RTLD_LOCAL)  # passes
+    plugin = resolve(str(lib))
+    assert plugin.libraries == {}
+    assert "undefined symbol: nowhere_defined" in plugin.errors["libnccl-net.so"], plugin
+    check = nccl.check_nccl_plugin({"NCCL_NET": "AWS Libfabric"}, plugin, True, 2)
+    assert check.status == FAIL and "nowhere_defined" in check.detail, check

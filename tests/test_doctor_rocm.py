@@ -117,8 +117,7 @@ def test_rccl_reads_nccl_net_plugin_as_nccl_2_27_does(value: str, names: list[st
     "none" in any case loads no external plugin."""
     assert rocm.plugin_names({"NCCL_NET_PLUGIN": value}) == names
     nvidia = [n.replace("librccl-net-", "libnccl-net-") for n in names]
-    assert nccl.plugin_names({"NCCL_NET_PLUGIN": value})[2:] == [
-        n for n in nvidia if n not in ("libnccl-net.so", "libnccl-net-ofi.so")]
+    assert nccl.plugin_names({"NCCL_NET_PLUGIN": value}) == nvidia
 
 
 def test_rccl_none_loads_no_external_plugin() -> None:
@@ -164,6 +163,27 @@ def plugin_dir(tmp_path_factory) -> Path:
 
 def _plugin(env: dict) -> nccl.PluginInfo:
     return nccl.plugin_from_maps(rocm.resolve_plugin(env, run_command))
+
+
+def test_a_lone_rocm_ofi_library_is_not_what_rccl_opens(plugin_dir: Path,
+                                                       tmp_path: Path) -> None:
+    """Configured --disable-nccl-net-library the ROCm build ships librccl-net-ofi.so
+    alone (aws-ofi-nccl src/Makefile.am at v1.19.2); unset, no RCCL release opens it
+    (librccl-net.so or libnccl-net.so), so the fix is NCCL_NET_PLUGIN=ofi, which RCCL
+    turns into librccl-net-ofi.so (src/plugin/plugin_open.cc@145a0512, pluginPrefix)."""
+    lib = tmp_path / "aws-ofi-nccl-1.19.0-nolink" / "lib"
+    lib.mkdir(parents=True)
+    shutil.copy(plugin_dir / "librccl-net.so", lib / "librccl-net-ofi.so")
+    env = {"LD_LIBRARY_PATH": str(lib), "NCCL_NET": "AWS Libfabric"}
+    plugin = _plugin(env)
+    assert plugin.libraries == {} and list(plugin.unused) == ["librccl-net-ofi.so"]
+    check = rocm.check_rccl_plugin(env, plugin, True, 4)
+    assert check.status == "FAIL" and "NCCL_NET_PLUGIN=ofi" in check.fix, check
+    assert "librccl-net-ofi.so" in check.detail and "libnccl-net" not in check.detail, check
+    env["NCCL_NET_PLUGIN"] = "ofi"
+    plugin = _plugin(env)
+    assert plugin.libraries == {"librccl-net-ofi.so": str(lib / "librccl-net-ofi.so")}
+    assert rocm.check_rccl_plugin(env, plugin, True, 4).status == "PASS"
 
 
 def test_the_rocm_plugin_is_found_as_rccl_finds_it(plugin_dir: Path) -> None:

@@ -12,7 +12,11 @@ docs/design.md and tests/fixtures/aws_ofi_nccl_net_names.json):
   "AWS Libfabric" or "OFI" when ``NCCL_NET`` asks;
 * from 1.15.0 it also ships ``libnccl-net-ofi.so`` and documents
   ``NCCL_NET_PLUGIN=ofi``, so ``NCCL_NET_PLUGIN`` with ``NCCL_NET`` is fine
-  whenever the named library exists;
+  whenever the named library exists; configured ``--disable-nccl-net-library``
+  it ships that one alone (src/Makefile.am, configure.ac at v1.19.2), which NCCL
+  opens only when told (``NCCL_NET_PLUGIN=ofi``): unset, NCCL opens
+  ``libnccl-net.so`` and nothing else (NVIDIA/nccl src/plugin/net.cc at v2.29.2-1
+  and v2.27.3-1, defaultNetPlugin; src/net.cc at v2.21.5-1);
 * 1.16.0-1.17.1 have a shutdown-ordering bug on Slingshot (v1.17.2
   RELEASENOTES.md: "Fixed shutdown ordering issue on NICs that require
   per-endpoint memory registration (Cray Slingshot)"); the fix (b96292b9) is in
@@ -92,6 +96,9 @@ class PluginInfo:
     version_source: str = ""
     libfabric: str = ""  # the libfabric.so the plugin mapped ("" if none)
     errors: dict[str, str] = field(default_factory=dict)  # name -> dlopen's error
+    #: libraries that load but that NCCL does not open with this environment (a lone
+    #: libnccl-net-ofi.so while NCCL_NET_PLUGIN is unset): name -> path, for the fix
+    unused: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -101,6 +108,8 @@ class Mapped:
     name: str
     paths: list[str] = field(default_factory=list)
     error: str = ""
+    #: NCCL opens this name with the job's environment; False: loaded only to name a fix
+    opened: bool = True
 
 
 MAP_MARK = "TORCHMPI-MAP"
@@ -108,7 +117,10 @@ MAP_MARK = "TORCHMPI-MAP"
 #: Loads one library the way NCCL loads its net plugin (dlopen of the bare name, so
 #: LD_LIBRARY_PATH, RUNPATH and ld.so.cache all count) and prints the files that load
 #: added to /proc/self/maps: the real paths, symlinks resolved by the kernel.
-#: RTLD_LAZY: symbols the plugin takes from NCCL at run time must not fail the load.
+#: RTLD_NOW | RTLD_LOCAL, NCCL's own flags (src/plugin/plugin_open.cc at v2.27.7-1,
+#: src/net.cc at v2.21.5-1; RCCL's loaders likewise): NCCL hands the plugin its
+#: functions only as pointers (init's logger), so a function the plugin leaves
+#: undefined fails NCCL's load, and must fail this one.
 _MAP_SCRIPT = """
 import ctypes, os, sys
 def maps():
@@ -118,7 +130,7 @@ def maps():
 name = sys.argv[1]
 before = maps()
 try:
-    ctypes.CDLL(name, mode=os.RTLD_LAZY | os.RTLD_LOCAL)
+    ctypes.CDLL(name, mode=os.RTLD_NOW | os.RTLD_LOCAL)
 except OSError as err:
     print('@M@\terror\t' + str(err).replace(chr(10), ' '))
 else:
@@ -150,12 +162,36 @@ def candidates(plugin: str, prefix: str = NET_PREFIX) -> list[str]:
     return [name for name in tried(plugin, prefix) if "/" in name or ".so" in name]
 
 
+#: What NCCL opens with NCCL_NET_PLUGIN unset (src/plugin/net.cc at v2.29.2-1 and
+#: v2.27.3-1, defaultNetPlugin; src/plugin/plugin_open.cc at v2.27.7-1; src/net.cc at
+#: v2.21.5-1): this one name, never libnccl-net-ofi.so.
+DEFAULT_PLUGIN = "libnccl-net.so"
+
+
 def plugin_names(env: Mapping[str, str]) -> list[str]:
     """The libraries NCCL would dlopen as its net plugin, given NCCL_NET_PLUGIN."""
-    wanted = ["libnccl-net.so", "libnccl-net-ofi.so"]
-    for plugin in requested_plugins(env):
-        wanted += candidates(plugin)
-    return list(dict.fromkeys(wanted))
+    if not env.get("NCCL_NET_PLUGIN", "").strip():
+        return [DEFAULT_PLUGIN]
+    return list(dict.fromkeys(n for p in requested_plugins(env) for n in candidates(p)))
+
+
+def alternatives(env: Mapping[str, str], prefix: str = NET_PREFIX) -> list[str]:
+    """Libraries NCCL does not open here, loaded only to name the fix: with
+    NCCL_NET_PLUGIN unset, <prefix>-ofi.so, which an aws-ofi-nccl configured
+    --disable-nccl-net-library ships alone and NCCL_NET_PLUGIN=ofi makes NCCL open."""
+    return [] if env.get("NCCL_NET_PLUGIN", "").strip() else [f"{prefix}-ofi.so"]
+
+
+def resolve_names(opened: list[str], others: list[str], env: Mapping[str, str],
+                  runner: Runner) -> dict[str, Mapped]:
+    """Load each name in its own child (one shared file must not hide another),
+    marking the ``others`` that NCCL does not open."""
+    maps = {name: load_in_child(name, env, runner) for name in opened}
+    for name in others:
+        if name not in maps:
+            maps[name] = load_in_child(name, env, runner)
+            maps[name].opened = False
+    return maps
 
 
 def load_in_child(name: str, env: Mapping[str, str], runner: Runner) -> Mapped:
@@ -177,8 +213,8 @@ def load_in_child(name: str, env: Mapping[str, str], runner: Runner) -> Mapped:
 
 
 def resolve_plugin(env: Mapping[str, str], runner: Runner) -> dict[str, Mapped]:
-    """Load every plugin name in its own child (one shared file must not hide another)."""
-    return {name: load_in_child(name, env, runner) for name in plugin_names(env)}
+    """Load every name NCCL would open, and :func:`alternatives`, each in its own child."""
+    return resolve_names(plugin_names(env), alternatives(env), env, runner)
 
 
 def _absent(name: str, error: str) -> bool:
@@ -192,17 +228,20 @@ def plugin_from_maps(maps: Mapping[str, Mapped], log_text: str | None = None) ->
     for name, mapped in maps.items():
         key = name  # a path stays a path: its basename may be another, loadable file's
         if mapped.error:
-            if not _absent(name, mapped.error):
+            if not _absent(name, mapped.error) and mapped.opened:
                 info.errors[key] = mapped.error
             continue
         own = [p for p in mapped.paths
                if os.path.basename(p).startswith(("libnccl-net", os.path.basename(name)))]
+        if (own or mapped.paths) and not mapped.opened:
+            info.unused[key] = (own or mapped.paths)[0]
+            continue
         if own or mapped.paths:
             info.libraries[key] = (own or mapped.paths)[0]
         fabric = [p for p in mapped.paths if re.match(r"libfabric\.so", os.path.basename(p))]
         if fabric and not info.libfabric:
             info.libfabric = fabric[0]
-    for path in info.libraries.values():
+    for path in [*info.libraries.values(), *info.unused.values()]:
         match = re.search(r"aws-ofi-nccl[-_@/]v?(\d+\.\d+\.\d+)", path)
         if match:
             info.version, info.version_source = version_tuple(match.group(1)), path
@@ -241,6 +280,19 @@ def _plugin_list_check(wanted: str, names: list[str], plugin: PluginInfo,
                  f"NCCL logs 'NET/Plugin: Could not find: ...' for each{since}", fix)
 
 
+def _ofi_only(plugin: PluginInfo) -> str:
+    """Words for a <prefix>-ofi.so that loads while NCCL opens nothing ("" if none)."""
+    lib = next((name for name in plugin.unused if name.endswith("-ofi.so")), "")
+    return (f"; {lib} ({plugin.unused[lib]}) loads, but NCCL opens it only with "
+            "NCCL_NET_PLUGIN=ofi") if lib else ""
+
+
+#: The fix for :func:`_ofi_only`: "ofi" is the name NCCL turns into libnccl-net-ofi.so
+#: (src/plugin/plugin_open.cc at v2.27.7-1, <prefix>-<name>.so; src/net.cc at
+#: v2.21.5-1) and RCCL into librccl-net-ofi.so; the plugin documents it from 1.15.0.
+OFI_FIX = "export NCCL_NET_PLUGIN=ofi"
+
+
 def check_nccl_plugin(env: Mapping[str, str], plugin: PluginInfo, slingshot: bool,
                       nodes: int | None, has_nccl: bool = True,
                       nccl_version: str | None = None) -> Check:
@@ -270,13 +322,14 @@ def check_nccl_plugin(env: Mapping[str, str], plugin: PluginInfo, slingshot: boo
                      "use aws-ofi-nccl 1.17.2 or later (the site's nccl-ss11 pairs)")
     broken = off or "; ".join(f"{lib} does not load: {err}"
                               for lib, err in plugin.errors.items())
+    ofi_only = "" if off else _ofi_only(plugin)
     if net.casefold() in _PLUGIN_NAMES:
         if not libraries:
-            seen = broken or "no libnccl-net.so that the loader finds"
+            seen = (broken or "no libnccl-net.so that the loader finds") + ofi_only
             return Check(name, FAIL,
                          f"NCCL_NET={net} but {seen}: NCCL stops "
                          f"with {not_found_words(net)}",
-                         "unset NCCL_NET_PLUGIN" if off else
+                         "unset NCCL_NET_PLUGIN" if off else OFI_FIX if ofi_only else
                          "load the site's aws-ofi-nccl (its lib dir on LD_LIBRARY_PATH) and "
                          "the libfabric it was built with")
         if version and not _accepts(version, net):
@@ -297,10 +350,11 @@ def check_nccl_plugin(env: Mapping[str, str], plugin: PluginInfo, slingshot: boo
                          "export NCCL_NET='AWS Libfabric' (every plugin release answers to it)")
     if slingshot and not libraries:
         status = WARN if nodes == 1 else FAIL
-        seen = broken or "no aws-ofi-nccl plugin (libnccl-net.so) that the loader finds"
+        seen = (broken or "no aws-ofi-nccl plugin (libnccl-net.so) that the loader finds"
+                ) + ofi_only
         return Check(name, status,
                      f"{seen}: NCCL uses TCP sockets between nodes on Slingshot",
-                     "unset NCCL_NET_PLUGIN" if off else
+                     "unset NCCL_NET_PLUGIN" if off else OFI_FIX if ofi_only else
                      "load the site's aws-ofi-nccl and its libfabric (module load py-torch-mpi "
                      "loads them)")
     libs = ", ".join(f"{lib} -> {path}" for lib, path in sorted(libraries.items()))

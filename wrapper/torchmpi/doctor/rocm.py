@@ -12,15 +12,21 @@ what differs is checked here:
   ``amd-smi static`` prints a ``GPU: <n>`` block per GPU with its ``DRIVER``
   (``NAME: amdgpu``, ``VERSION``) (ROCm/rocm-systems#2987); ``rocm-smi``
   prefixes every line with ``GPU[<n>]`` (ROCm/legacy-rocm-build#1886).
-* RCCL's network plugin: RCCL opens ``librccl-net.so`` (ROCm/rccl rocm-6.2.0
-  ``src/net.cc``:343-352), or with ``NCCL_NET_PLUGIN`` set the value itself
-  (a path) and then ``librccl-net-<value>.so`` (ROCm/rccl@0cbce2a
-  ``src/net.cc``:386-410); some releases look for ``libnccl-net.so``, which
-  OLCF links to ``librccl-net.so`` (olcf/olcf-user-docs
-  ``software/analytics/pytorch_frontier.rst``:663-664), and from ROCm 7.2
-  ``NCCL_NET_PLUGIN=<dir>/librccl-net.so`` is required (HewlettPackard/shs-ccl-docs#6).
-  aws-ofi-nccl built ``--with-rocm`` installs ``librccl-net.so`` and prints
-  the same ``NET/OFI`` provider line as for NCCL.
+* RCCL's network plugin: with ``NCCL_NET_PLUGIN`` unset RCCL opens one name,
+  which depends on the release: ``libnccl-net.so`` through rocm-3.8.0
+  (ROCm/rccl ``src/init.cc``:73), ``librccl-net.so`` from rocm-3.9.0
+  (ROCm/rccl#266; rocm-6.2.0 ``src/net.cc``:343-352; @0cbce2a
+  ``src/net.cc``:405-408; on NCCL 2.26's loader @29e8452a ``src/plugin/net.cc``
+  passes no name and ``src/plugin/plugin_open.cc`` composes <prefix>.so), and
+  ``libnccl-net.so`` again on NCCL 2.27's loader (@0123763f ``src/plugin/net.cc``,
+  defaultNetPlugin), which OLCF links to ``librccl-net.so`` (olcf/olcf-user-docs
+  ``software/analytics/pytorch_frontier.rst``:663-664) and for which ROCm 7.2
+  needs ``NCCL_NET_PLUGIN=<dir>/librccl-net.so`` (HewlettPackard/shs-ccl-docs#6).
+  Set, the value itself (a path) and then ``librccl-net-<value>.so``
+  (@0cbce2a ``src/net.cc``:386-410).  Never ``librccl-net-ofi.so`` unasked.
+  aws-ofi-nccl built ``--with-rocm`` installs ``librccl-net-ofi.so`` and, unless
+  configured ``--disable-nccl-net-library``, ``librccl-net.so`` (src/Makefile.am
+  at v1.19.2), and prints the same ``NET/OFI`` provider line as for NCCL.
 * Cray MPICH's GTL for AMD GPUs is ``libmpi_gtl_hsa`` (olcf/olcf-user-docs
   ``systems/frontier_user_guide.rst``, ``MPICH_GPU_SUPPORT_ENABLED``).
 """
@@ -36,7 +42,8 @@ from torchmpi.doctor.core import FAIL, PASS, SKIP, Check, Runner
 
 #: Cray MPICH's GPU Transport Layer for AMD GPUs.
 GTL = "libmpi_gtl_hsa"
-#: What RCCL opens without NCCL_NET_PLUGIN, in order (see the module docstring).
+#: What RCCL opens without NCCL_NET_PLUGIN: one of these, by release (see the module
+#: docstring); the doctor knows no RCCL release to tell them apart, so either counts.
 PLUGIN_LIBRARIES = ("librccl-net.so", "libnccl-net.so")
 #: RCCL's file name for one NCCL_NET_PLUGIN name is librccl-net-<name>.so (ROCm/rccl
 #: ``src/plugin/plugin_open.cc``@145a0512, pluginPrefix), NCCL's libnccl-net-<name>.so.
@@ -112,8 +119,9 @@ def plugin_names(env: Mapping[str, str]) -> list[str]:
     "none" (no file of that name: no external plugin) mean what they mean to NCCL.
     Where RCCL differs:
 
-    * unset: :data:`PLUGIN_LIBRARIES`, not NCCL's pair: which default a release opens
-      differs (see the module docstring), so both are tried;
+    * unset: :data:`PLUGIN_LIBRARIES`, not NCCL's one name: which default a release
+      opens differs (see the module docstring), so both are tried; librccl-net-ofi.so
+      is loaded only to name the fix (:func:`nccl.alternatives`);
     * RCCL on NCCL 2.26's loader (ROCm/rccl ``src/plugin/net.cc``@29e8452a passes the
       whole value to one open) reads a list as one name that no file has; the doctor
       knows no RCCL release to tell the two loaders apart, so it reads a list as 2.27's
@@ -128,7 +136,7 @@ def plugin_names(env: Mapping[str, str]) -> list[str]:
 
 def resolve_plugin(env: Mapping[str, str], runner: Runner) -> dict[str, nccl.Mapped]:
     """Load every RCCL plugin name in its own child, as the NCCL check does."""
-    return {name: nccl.load_in_child(name, env, runner) for name in plugin_names(env)}
+    return nccl.resolve_names(plugin_names(env), nccl.alternatives(env, PREFIX), env, runner)
 
 
 def _rccl(check: Check) -> Check:
