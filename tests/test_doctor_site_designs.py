@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from support.host_tools import load_site
 from torchmpi import doctor, runtime
-from torchmpi.doctor import gpu, nccl, site_env
+from torchmpi.doctor import gpu, nccl, rocm, site_env
 from torchmpi.doctor.core import FAIL, PASS, CommandResult
 from torchmpi.doctor.probe import OK_MARK
 
@@ -113,8 +113,13 @@ def design_job(name: str) -> doctor.Inputs:
         assert loaded.libfabric_release, name
         root = lib.get("prefix") or f"{CRAY_LIBFABRIC}/{loaded.libfabric_release}"
         fabric_lib = f"{root}/lib64/libfabric.so.1"
-        names = ("librccl-net.so",) if amd else ("libnccl-net.so", "libnccl-net-ofi.so")
-        maps = {name: nccl.Mapped(name, [f"{PLUGIN_DIR}/{name}", fabric_lib])
+        # What aws-ofi-nccl >= 1.15 installs (both names; src/Makefile.am at v1.19.2), each
+        # marked as the resolver marks it: is it a name NCCL/RCCL opens with this env?
+        prefix = "librccl-net" if amd else "libnccl-net"
+        names = (f"{prefix}.so", f"{prefix}-ofi.so")
+        opened = (rocm.plugin_names if amd else nccl.plugin_names)(env)
+        maps = {name: nccl.Mapped(name, [f"{PLUGIN_DIR}/{name}", fabric_lib],
+                                  opened=name in opened)
                 for name in names}
         log = (LOGS / ("rccl-plugin-ofi.log" if amd else "plugin-ofi.log")).read_text()
     elif fabric == "ib" and has_gpu:
