@@ -200,3 +200,12 @@ def test_match_picks_survivors_out_of_the_drawn_sample() -> None:
     assert gen.matching(drawn, []) == drawn
     picked = gen.matching(drawn, [f"{one.old.strip()} -> {one.new.strip()}"])
     assert one in [m for m, _ in picked] and len(picked) < len(drawn)
+
+
+def test_every_hand_written_mutant_applies_to_the_code_as_it_is() -> None:
+    """``make mutate`` stops at a mutant whose line no longer occurs exactly once in its
+    file (the code moved on); the suite says so first, naming each such mutant."""
+    stale = [f"{m.file}: {m.old.strip()[:80]!r} occurs {n} times"
+             for m in _mutate_module().MUTANTS
+             if (n := (ROOT / m.file).read_text().count(m.old)) != 1]
+    assert stale == []
