@@ -338,3 +338,20 @@ def test_each_log_fixture_prints_what_its_nccl_release_prints(path: Path) -> Non
         for line in log.splitlines():
             if "NET/Plugin: Loaded net plugin" in line:
                 assert line.endswith("(v10)"), line
+
+
+@pytest.mark.parametrize(("nccl_version", "status"), [("2.27.7", FAIL), ("2.29.2", FAIL),
+                                                      ("2.26.6", PASS), ("2.21.5", PASS),
+                                                      (None, PASS)])
+def test_an_empty_nccl_net_plugin_opens_no_plugin_from_nccl_2_27(nccl_version, status):
+    """Set but empty: NCCL >= 2.27 splits the value into no names and adds its default
+    libnccl-net.so only when the variable is unset (NVIDIA/nccl src/plugin/net.cc at
+    v2.27.3-1:214-244), so no external plugin loads and NCCL_NET='AWS Libfabric' stops
+    the job; up to 2.26 an empty value is the default (src/net.cc at v2.21.5-1:387,
+    src/plugin/plugin_open.cc at v2.26.6-1:31).  Unknown NCCL: the older reading."""
+    env, plugin = plugin_env("1.19.0", "libnccl-net.so", NCCL_NET_PLUGIN="",
+                             NCCL_NET="AWS Libfabric")
+    check = nccl.check_nccl_plugin(env, plugin, True, 2, nccl_version=nccl_version)
+    assert check.status == status, check
+    if status == FAIL:
+        assert "empty" in check.detail and check.fix == "unset NCCL_NET_PLUGIN", check

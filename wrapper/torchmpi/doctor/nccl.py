@@ -83,6 +83,18 @@ def requested_plugins(env: Mapping[str, str]) -> list[str]:
     return [name for name in value.split(",") if name]
 
 
+def empty_opens_none(env: Mapping[str, str], nccl_version: str | None) -> bool:
+    """NCCL_NET_PLUGIN set but empty, read by an NCCL that then opens no external
+    plugin: from 2.27 NCCL splits a set value into names (none here) and adds its
+    default libnccl-net.so only when the variable is unset (src/plugin/net.cc at
+    v2.27.3-1:214-244); up to 2.26 an empty value is the default (src/net.cc at
+    v2.21.5-1:387, src/plugin/plugin_open.cc at v2.26.6-1:31).  An unknown NCCL
+    gets the older reading."""
+    value, release = env.get("NCCL_NET_PLUGIN"), version_tuple(nccl_version) or ()
+    return (value is not None and not value.strip() and len(release) > 1
+            and release >= NCCL_PLUGIN_LIST)
+
+
 def _fmt(version: tuple[int, ...]) -> str:
     return ".".join(map(str, version))
 
@@ -311,8 +323,11 @@ def check_nccl_plugin(env: Mapping[str, str], plugin: PluginInfo, slingshot: boo
         failed = _plugin_list_check(wanted, names, plugin, nccl_version)
         if failed:
             return failed
-    # "none": NCCL loads no external plugin, whatever is installed.
-    off = f"NCCL_NET_PLUGIN={wanted} (no external plugin)" if wanted and not names else ""
+    # "none", or set but empty from 2.27: NCCL loads no external plugin, whatever is
+    # installed.
+    off = (f"NCCL_NET_PLUGIN={wanted} (no external plugin)" if wanted and not names else
+           f"NCCL_NET_PLUGIN is set but empty (NCCL {nccl_version} then opens no external"
+           " plugin)" if empty_opens_none(env, nccl_version) else "")
     libraries = {} if off else plugin.libraries
     buggy = version and SLINGSHOT_BAD_PLUGINS[0] <= version <= SLINGSHOT_BAD_PLUGINS[1]
     if buggy and slingshot and not off:
