@@ -791,6 +791,30 @@ def test_the_pair_suggested_for_a_sites_libfabric_carries_its_own_label() -> Non
     assert " run " not in notes[0].replace(found.group(3), ""), notes[0]
 
 
+@pytest.mark.parametrize(("version", "refused"), [("2.6.0", False), ("2.7.0", True),
+                                                ("2.9.0", True), ("2.9.1", False)])
+def test_the_cuda_aware_gap_holds_both_its_ends(version: str, refused: bool) -> None:
+    """No +cuda_aware_mpi for torch 2.7.0 through 2.9.0, both ends (their ProcessGroupMPI
+    text was never read); 2.6.0 and 2.9.1, on either side, pass every rule here."""
+    from torchmpi.checks import torch_versions as rule
+
+    msgs = [m for _, m in rule.problems(site_data("derecho", _torch(version)), True)]
+    assert ([m.split(" (")[0] for m in msgs] ==
+            [f"torch {version} cannot be built +cuda_aware_mpi"] if refused else msgs == []), msgs
+
+
+def test_a_variable_reference_inside_a_runtime_value_is_refused() -> None:
+    """A '$' anywhere in a value, not only at its start: runtime.sh, the modules and
+    Spack's env_vars would each carry it differently (or literally)."""
+    from torchmpi.checks import runtime as rule
+
+    for value in ("$HOME/lib", "/opt/lib:$LD_LIBRARY_PATH"):
+        data = site_data("derecho", lambda d, v=value: d["runtime"]["env"].update(
+            MY_PATH=v))
+        keys = [key for key, _ in rule.problems(data, True)]
+        assert ("runtime", "env", "MY_PATH") in keys, (value, keys)
+
+
 def test_a_release_after_one_without_cuda_aware_mpi_is_still_checked() -> None:
     """A site without +cuda_aware_mpi: the release after an allowed one is judged too."""
     import copy

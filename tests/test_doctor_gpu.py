@@ -259,6 +259,21 @@ def test_nccl_probe_log_goes_to_the_output_the_doctor_reads():
 # --- the real probe ------------------------------------------------------------------
 
 
+def test_doctor_probe_synchronises_before_its_collective():
+    """The probe fills its tensor with a kernel; on CUDA it waits before all_reduce."""
+    import ast
+
+    body = ast.parse(probe._SCRIPT).body
+
+    def calls(node):
+        return {ast.unparse(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
+
+    fill = next(i for i, n in enumerate(body) if "torch.full" in calls(n))
+    reduce = next(i for i, n in enumerate(body) if "dist.all_reduce" in calls(n))
+    between = body[fill + 1:reduce]
+    assert any("torch.cuda.synchronize" in calls(n) for n in between), ast.unparse(between)
+
+
 def test_real_gloo_probe_on_this_cpu():
     info = gpu.probe_torch()
     results = probe.run_all(info, run_command, dict(os.environ))

@@ -50,6 +50,15 @@ def test_single_node_job_may_leave_nccl_net_unset():
     assert check.status == PASS and "single-node" in check.detail
 
 
+def test_single_node_job_with_a_wrong_nccl_net_still_differs():
+    """Only an absent NCCL_NET is let off on one node: a value other than the site's
+    (a typo NCCL stops on) is a difference there too."""
+    site = expectation({"NCCL_NET": "AWS Libfabric", "NCCL_CROSS_NIC": "1"})
+    check = site_env.check_site_env(site, {"NCCL_NET": "Socket", "NCCL_CROSS_NIC": "1"},
+                                    nodes=1)
+    assert check.status == FAIL and "NCCL_NET=Socket (want AWS Libfabric)" in check.detail
+
+
 def test_expected_variables_are_runtime_environment_of_the_loaded_site():
     """One loader, one function: the doctor expects exactly what runtime.sh sets."""
     loaded = site_env.load_expectation("derecho")
