@@ -14,6 +14,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -267,3 +268,36 @@ def test_reframe_refuses_another_sites_files(tmp_path: Path, capsys) -> None:
     assert main(["reframe", "perlmutter", "-o", str(tmp_path)]) == 2
     assert "rendered from derecho.yaml, not from perlmutter.yaml" in capsys.readouterr().err
     assert (tmp_path / "settings.py").read_text() == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as another user the permission tests of "
+                    "tests/test_sites.py run; here root's real id is swapped")
+def test_a_folder_the_real_user_may_not_write_is_refused_by_its_write_bit() -> None:
+    """access(2) answers for the real user: with the real uid set to nobody, a folder it
+    may read and search but not write is refused for -o, by W_OK and X_OK together
+    (root passes every mask, so the suite's root runs could not tell the mask apart).
+
+    The swap happens in a child Python, so the test worker's own ids never change."""
+    top = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own tmp is root's alone (0700)
+    try:
+        top.chmod(0o755)
+        ro = top / "ro"
+        ro.mkdir(mode=0o555)
+        child = (
+            "import os, sys\n"
+            "from torchmpi import writable\n"
+            "from torchmpi.errors import UserError\n"
+            "os.setreuid(65534, -1)\n"
+            "try:\n"
+            "    writable.check_dir(__import__('pathlib').Path(sys.argv[1]), '-o')\n"
+            "except UserError as err:\n"
+            "    print(err)\n"
+            "    sys.exit(3)\n"
+        )
+        done = subprocess.run([sys.executable, "-c", child, str(ro / "out")],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 3, (done.returncode, done.stdout, done.stderr)
+        assert "-o " in done.stdout and "/ro/out: cannot create it: " in done.stdout, done.stdout
+        assert "is not writable" in done.stdout, done.stdout
+    finally:
+        shutil.rmtree(top)

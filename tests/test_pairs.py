@@ -255,6 +255,22 @@ def test_a_malformed_table_is_a_user_error_at_its_row(tmp_path, monkeypatch, fre
         read()
 
 
+@pytest.mark.parametrize("row, named", [
+    ("'2.21.5-1'", "'2.21.5-1'"),  # a literal, but no tuple: named as written
+    ("('2.21.5-1', '1.14.0', '-', 'slingshot', 'HPE', 'y', 'job log', 'extra')",
+     "NCCL 2.21.5-1 with 1.14.0"),  # eight columns, the seventh a known kind: still refused
+])
+def test_a_row_of_the_wrong_shape_is_refused_at_its_line(tmp_path, monkeypatch, fresh_vouched,
+                                                         row: str, named: str) -> None:
+    """Only a tuple of exactly 7 columns has an evidence kind; any other literal is
+    refused at its line and column, named by its first two columns or as written."""
+    _package_file(tmp_path, monkeypatch, f"VOUCHED_PAIRS = (\n    {row},\n)\n")
+    with pytest.raises(UserError) as err:
+        pairs.vouched()
+    assert ":2:5: VOUCHED_PAIRS, the row of " in str(err.value), err.value
+    assert f"the row of {named}: evidence None is no known kind" in str(err.value), err.value
+
+
 def test_each_rccl_pair_says_what_kind_of_evidence_vouches_for_it() -> None:
     """VOUCHED_RCCL_PAIRS' evidence column is one of the kinds the wording knows, and the
     kind is the source's: LUMI's is an EasyBuild recipe (.eb), OLCF's the build steps of
