@@ -355,3 +355,37 @@ def test_an_empty_nccl_net_plugin_opens_no_plugin_from_nccl_2_27(nccl_version, s
     assert check.status == status, check
     if status == FAIL:
         assert "empty" in check.detail and check.fix == "unset NCCL_NET_PLUGIN", check
+
+
+def _reads_of(variable: str, tree) -> list[int]:
+    """Where ``tree`` reads ``variable`` from a mapping: ``.get("X")``, ``["X"]``, ``"X" in``."""
+    import ast
+
+    out = []
+    for node in ast.walk(tree):
+        keys = []
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "get":
+            keys = node.args[:1]
+        elif isinstance(node, ast.Subscript):
+            keys = [node.slice]
+        elif isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.In, ast.NotIn)):
+            keys = [node.left]
+        if any(isinstance(k, ast.Constant) and k.value == variable for k in keys):
+            out.append(node.lineno)
+    return out
+
+
+def test_nccl_net_plugin_is_read_from_the_environment_in_one_place() -> None:
+    """One reading of NCCL_NET_PLUGIN (nccl.plugin_setting; empty_opens_none alone asks
+    whether it is set at all): the NCCL and RCCL checks and the loader all ask it, so
+    "unset", "blank" and "names" cannot drift apart between them."""
+    import ast
+    import inspect
+
+    package = Path(nccl.__file__).resolve().parents[1]
+    found = sorted({(path.name, func.name)
+                    for path in package.rglob("*.py")
+                    for func in ast.walk(ast.parse(path.read_text(), str(path)))
+                    if isinstance(func, ast.FunctionDef) and _reads_of("NCCL_NET_PLUGIN", func)})
+    assert found == [("nccl.py", "empty_opens_none"), ("nccl.py", "plugin_setting")], found
+    assert "plugin_setting(env)" in inspect.getsource(nccl.empty_opens_none)

@@ -72,12 +72,19 @@ def _accepts(version: tuple[int, ...], net: str) -> bool:
     return net.casefold() in {n.casefold() for n in accepted_net_names(version)}
 
 
+def plugin_setting(env: Mapping[str, str]) -> str:
+    """``NCCL_NET_PLUGIN`` stripped, the one reading of it: "" when unset or blank,
+    which NCCL reads as its default name (:data:`DEFAULT_PLUGIN`) -- except a blank
+    but set value from 2.27, which opens none (:func:`empty_opens_none`)."""
+    return env.get("NCCL_NET_PLUGIN", "").strip()
+
+
 def requested_plugins(env: Mapping[str, str]) -> list[str]:
     """The names in ``NCCL_NET_PLUGIN``, as NCCL >= 2.27 splits them (empty ones
     skipped, as strtok_r does).  "none" in any case asks for no external plugin
     (src/plugin/net.cc at v2.28.3-1:244); older releases look for
     libnccl-net-none.so, find none and load no external plugin either."""
-    value = env.get("NCCL_NET_PLUGIN", "").strip()
+    value = plugin_setting(env)
     if value.casefold() == "none":
         return []
     return [name for name in value.split(",") if name]
@@ -90,8 +97,8 @@ def empty_opens_none(env: Mapping[str, str], nccl_version: str | None) -> bool:
     v2.27.3-1:214-244); up to 2.26 an empty value is the default (src/net.cc at
     v2.21.5-1:387, src/plugin/plugin_open.cc at v2.26.6-1:31).  An unknown NCCL
     gets the older reading."""
-    value, release = env.get("NCCL_NET_PLUGIN"), version_tuple(nccl_version) or ()
-    return (value is not None and not value.strip() and len(release) > 1
+    release = version_tuple(nccl_version) or ()
+    return ("NCCL_NET_PLUGIN" in env and not plugin_setting(env) and len(release) > 1
             and release >= NCCL_PLUGIN_LIST)
 
 
@@ -182,7 +189,7 @@ DEFAULT_PLUGIN = "libnccl-net.so"
 
 def plugin_names(env: Mapping[str, str]) -> list[str]:
     """The libraries NCCL would dlopen as its net plugin, given NCCL_NET_PLUGIN."""
-    if not env.get("NCCL_NET_PLUGIN", "").strip():
+    if not plugin_setting(env):
         return [DEFAULT_PLUGIN]
     return list(dict.fromkeys(n for p in requested_plugins(env) for n in candidates(p)))
 
@@ -191,7 +198,7 @@ def alternatives(env: Mapping[str, str], prefix: str = NET_PREFIX) -> list[str]:
     """Libraries NCCL does not open here, loaded only to name the fix: with
     NCCL_NET_PLUGIN unset, <prefix>-ofi.so, which an aws-ofi-nccl configured
     --disable-nccl-net-library ships alone and NCCL_NET_PLUGIN=ofi makes NCCL open."""
-    return [] if env.get("NCCL_NET_PLUGIN", "").strip() else [f"{prefix}-ofi.so"]
+    return [] if plugin_setting(env) else [f"{prefix}-ofi.so"]
 
 
 def resolve_names(opened: list[str], others: list[str], env: Mapping[str, str],
@@ -315,7 +322,7 @@ def check_nccl_plugin(env: Mapping[str, str], plugin: PluginInfo, slingshot: boo
     name = "nccl.plugin"
     if not has_nccl:
         return Check(name, SKIP, "no NCCL backend")
-    net, wanted = env.get("NCCL_NET", "").strip(), env.get("NCCL_NET_PLUGIN", "").strip()
+    net, wanted = env.get("NCCL_NET", "").strip(), plugin_setting(env)
     version = plugin.version
     shown = f"aws-ofi-nccl {_fmt(version)}" if version else "aws-ofi-nccl (version unknown)"
     names = requested_plugins(env)

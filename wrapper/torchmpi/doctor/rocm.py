@@ -127,7 +127,7 @@ def plugin_names(env: Mapping[str, str]) -> list[str]:
       knows no RCCL release to tell the two loaders apart, so it reads a list as 2.27's
       does, and a job on the older one logs ``Could not find`` for the whole value.
     """
-    if not env.get("NCCL_NET_PLUGIN", "").strip():
+    if not nccl.plugin_setting(env):
         return list(PLUGIN_LIBRARIES)
     names = [name for plugin in nccl.requested_plugins(env)
              for name in nccl.candidates(plugin, PREFIX)]
@@ -150,7 +150,7 @@ def check_rccl_plugin(env: Mapping[str, str], plugin: nccl.PluginInfo, slingshot
                       nodes: int | None, has_nccl: bool = True) -> Check:
     """The RCCL plugin: NCCL_NET_PLUGIN against the files RCCL opens, then the NCCL
     check's rules (plugin releases, NCCL_NET, Slingshot) in RCCL's names."""
-    wanted, names = env.get("NCCL_NET_PLUGIN", "").strip(), plugin_names(env)
+    wanted, names = nccl.plugin_setting(env), plugin_names(env)
     if has_nccl and wanted and names and not plugin.libraries:
         tried = " or ".join(names)
         broken = "; ".join(f"{lib}: {err}" for lib, err in plugin.errors.items())
