@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+from support.mpi_launch import viewed_allreduce
 from support.spack import Spack, stand_in_spack
 from torchmpi import paths
 
@@ -64,18 +66,24 @@ def pytest_configure(config: pytest.Config) -> None:
 #: Fixture scopes whose value one xdist worker computes and only its own tests see.
 _SHARED_SCOPES = ("session", "package", "module")
 
+#: This conftest's own session fixtures that are expensive (a launched job, read by
+#: tests of more than one module): grouped as the test modules' solves are.
+SHARED_JOBS = ("viewed_mpirun", "viewed_torchrun")
+
 
 def _shared_fixtures(item: pytest.Item) -> set[str]:
-    """The session/module fixtures defined in a test module that ``item`` uses.
+    """The expensive session/module fixtures that ``item`` uses: those defined in a
+    test module, and this conftest's :data:`SHARED_JOBS`.
 
-    Those hold the solves (a concretized DAG, a solved environment); conftest's
-    own ``spack`` fixture is cheap and may run on every worker.
+    Those hold the solves (a concretized DAG, a solved environment) and the shared
+    jobs; conftest's ``spack`` fixture is cheap and may run on every worker.
     """
     info = getattr(item, "_fixtureinfo", None)
     out = set()
     for name in getattr(item, "fixturenames", ()):
         for fdef in (info.name2fixturedefs.get(name, ()) if info else ()):
-            if fdef.scope in _SHARED_SCOPES and str(fdef.baseid).endswith(".py"):
+            if fdef.scope in _SHARED_SCOPES and (str(fdef.baseid).endswith(".py")
+                                                 or name in SHARED_JOBS):
                 out.add(f"{fdef.baseid}::{name}")
     return out
 
@@ -141,6 +149,20 @@ def _carry_group_in_nodeid(item: pytest.Item) -> None:
     if ident is None or not names or "@" in str(ident).rpartition("]")[2]:
         return
     item._id = type(ident).parse(f"{ident}@{'_'.join(names)}")
+
+
+@pytest.fixture(scope="session")
+def viewed_mpirun() -> subprocess.CompletedProcess:
+    """The 2-rank allreduce job under mpirun whose every rank's view of the launch is
+    printed (support.mpi_launch.viewed_allreduce): tests/test_dist.py's launch mapping
+    and tests/test_allreduce.py's JSON report read one job."""
+    return viewed_allreduce("mpirun")
+
+
+@pytest.fixture(scope="session")
+def viewed_torchrun() -> subprocess.CompletedProcess:
+    """The same job under torchrun: the launch mapping and the gloo run read it."""
+    return viewed_allreduce("torchrun")
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,6 @@ from support.mpi_launch import (
     job_env,
     mpirun,
     torchrun,
-    viewed_allreduce,
 )
 from support.privileges import without_root_capabilities
 from torchmpi import allreduce as ar
@@ -116,18 +115,17 @@ def test_gloo_under_mpirun_checks_and_reports(gloo_run_blocking_with_csv):
 
 
 @pytest.fixture
-def json_run_with_a_floor_met() -> subprocess.CompletedProcess:
+def json_run_with_a_floor_met(viewed_mpirun) -> subprocess.CompletedProcess:
     """One 2-rank ``--json`` job with a --min-busbw any machine meets, read by two tests
     here (the JSON report's shape, the floor's verdict in it) and by tests/test_dist.py's
-    launch mapping under mpirun: support.mpi_launch's viewed_allreduce, one mpirun, not
-    three (its tests share the ``viewed-mpirun`` xdist group).  The JSON of a run without
-    --min-busbw is test_one_rank_prints_algbw_as_bytes_over_time's."""
-    proc = viewed_allreduce("mpirun")
+    launch mapping under mpirun: conftest's viewed_mpirun, one mpirun, not three (its
+    readers share its xdist group).  The JSON of a run without --min-busbw is
+    test_one_rank_prints_algbw_as_bytes_over_time's."""
+    proc = viewed_mpirun
     assert VIEWED_ARGS["mpirun"][-3:] == ("--min-busbw", "0.000001", "--json")
     return proc
 
 
-@pytest.mark.xdist_group("viewed-mpirun")
 def test_json_is_machine_readable_on_stdout(json_run_with_a_floor_met):
     proc = json_run_with_a_floor_met
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -148,11 +146,10 @@ def test_one_rank_warns_that_nothing_crosses_a_link(capsys):
     assert "RANK" not in os.environ and not dist.is_initialized()
 
 
-@pytest.mark.xdist_group("viewed-torchrun")
-def test_gloo_under_torchrun():
-    """support.mpi_launch's viewed_allreduce: the torchrun job tests/test_dist.py's launch
-    mapping reads too (one torchrun and two ranks, not twice that)."""
-    proc = viewed_allreduce("torchrun")
+def test_gloo_under_torchrun(viewed_torchrun):
+    """conftest's viewed_torchrun: the torchrun job tests/test_dist.py's launch mapping
+    reads too (one torchrun and two ranks, not twice that)."""
+    proc = viewed_torchrun
     assert "--json" not in VIEWED_ARGS["torchrun"]
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "launcher=torchrun" in proc.stdout and _rows(proc.stdout)[0][-1] == "OK"
@@ -392,7 +389,6 @@ def test_min_busbw_above_what_the_machine_does_fails_the_run():
     assert "below 90% of --min-busbw 100000" in proc.stderr
 
 
-@pytest.mark.xdist_group("viewed-mpirun")
 def test_min_busbw_met_passes_and_says_ok(json_run_with_a_floor_met):
     proc = json_run_with_a_floor_met
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -7,7 +7,7 @@ import shlex
 import sys
 
 import pytest
-from support.mpi_launch import launch_views, mpirun, viewed_allreduce
+from support.mpi_launch import launch_views, mpirun
 from torchmpi.dist import (
     DEFAULT_PORT,
     Launch,
@@ -185,22 +185,20 @@ def test_exported_launch_reads_back_as_torchrun():
     assert launch_from_env(environ) == Launch("torchrun", 2, 4, 0, 2, "10.0.0.1", 4000)
 
 
-# Real jobs: the allreduce verb of each launcher's shared job (support.mpi_launch's
-# viewed_allreduce) calls init_distributed, then every rank's view is all-gathered so that
+# Real jobs: the allreduce verb of each launcher's shared job (conftest's viewed_mpirun
+# and viewed_torchrun) calls init_distributed, then every rank's view is all-gathered so that
 # rank 0 prints what the whole job agreed on -- one job per launcher for this module and
 # tests/test_allreduce.py, whose claims it carries too.
 
 
-@pytest.mark.xdist_group("viewed-mpirun")
-def test_launch_mapping_under_mpirun():
-    proc = viewed_allreduce("mpirun")
+def test_launch_mapping_under_mpirun(viewed_mpirun):
+    proc = viewed_mpirun
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert launch_views(proc.stderr) == [["openmpi", 0, 2, 0, 0], ["openmpi", 1, 2, 1, 1]]
 
 
-@pytest.mark.xdist_group("viewed-torchrun")
-def test_launch_mapping_under_torchrun():
-    proc = viewed_allreduce("torchrun")
+def test_launch_mapping_under_torchrun(viewed_torchrun):
+    proc = viewed_torchrun
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert launch_views(proc.stderr) == [["torchrun", 0, 2, 0, 0], ["torchrun", 1, 2, 1, 1]]
 
@@ -280,7 +278,17 @@ def test_a_rank_takes_its_local_rank_modulo_the_nodes_gpus(env, gpus, index):
     assert device_index(launch_from_env(env), gpus) == index
 
 
-def test_nccl_without_a_device_asks_torch_for_a_gpu_first():
+def _launch_env_restored(monkeypatch) -> None:
+    """Unset the launch variables for this test and have them unset after it: export_env
+    writes them into os.environ.  (``delenv(raising=False)`` of an unset name records
+    nothing to undo, so a later write would outlive the test: set first, then delete.)"""
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                "MASTER_PORT"):
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
+
+
+def test_nccl_without_a_device_asks_torch_for_a_gpu_first(monkeypatch):
     """``--backend nccl`` alone means the GPU: on a host where torch sees none it is a
     LaunchError before any group is made.  The backend as a command line hands it over
     (``torchmpi allreduce --backend nccl``: a string of its own, never the interned
@@ -293,6 +301,7 @@ def test_nccl_without_a_device_asks_torch_for_a_gpu_first():
     from torchmpi.dist import init_distributed
 
     backend = build_parser().parse_args(shlex.split("allreduce --backend nccl")).backend
+    _launch_env_restored(monkeypatch)
     env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": "1"}
     with pytest.raises(LaunchError, match="CUDA was requested but torch sees no GPU"):
@@ -307,9 +316,7 @@ def test_gloo_without_a_device_makes_a_cpu_group_from_the_given_env(monkeypatch)
     import torch.distributed as dist
     from torchmpi.dist import init_distributed
 
-    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                "MASTER_PORT"):
-        monkeypatch.delenv(var, raising=False)  # export_env writes them: undone after
+    _launch_env_restored(monkeypatch)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

@@ -55,15 +55,38 @@ def test_site(by_site, site, i):
         by_site[site] = _record(f"site-{site}")
     time.sleep(0.05)
 
+@pytest.fixture
+def through_c(job_c):
+    return job_c
+
+@pytest.mark.parametrize("i", range(5))
+def test_c(job_c, i):
+    time.sleep(0.05)
+
+@pytest.mark.parametrize("i", range(5))
+def test_c_through(through_c, i):
+    time.sleep(0.05)
+
 @pytest.mark.parametrize("i", range(20))
 def test_free(i):
     time.sleep(0.05)
 '''
 
+#: A job-like session fixture of conftest itself (as its viewed_mpirun), named shared.
+CONFTEST_JOB = '''
+
+@pytest.fixture(scope="session")
+def job_c():
+    with open(os.path.join(os.environ["GROUPS_LOG"], "job_c"), "a") as f:
+        f.write(os.environ.get("PYTEST_XDIST_WORKER", "main") + "\\n")
+
+SHARED_JOBS = (*SHARED_JOBS, "job_c")
+'''
+
 
 def test_each_shared_fixture_is_computed_on_one_worker(tmp_path: Path) -> None:
     pytest.importorskip("xdist")
-    shutil.copy(HERE / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "conftest.py").write_text((HERE / "conftest.py").read_text() + CONFTEST_JOB)
     shutil.copytree(HERE / "support", tmp_path / "support")  # the conftest imports it
     (tmp_path / "test_shared.py").write_text(MODULE)
     log = tmp_path / "log"
@@ -77,6 +100,6 @@ def test_each_shared_fixture_is_computed_on_one_worker(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     computed = {p.name: p.read_text().split() for p in sorted(log.iterdir())}
-    assert set(computed) == {"solve_a", "solve_b", "site-x", "site-y"}
+    assert set(computed) == {"solve_a", "solve_b", "site-x", "site-y", "job_c"}
     assert {name: len(workers) for name, workers in computed.items()} == dict.fromkeys(
         computed, 1), computed

@@ -7,7 +7,6 @@ come from the venv that runs the tests, so the job sees the same torch.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shutil
@@ -69,11 +68,9 @@ VIEWED_ARGS = {
 }
 
 
-@functools.cache
 def viewed_allreduce(launcher: str) -> subprocess.CompletedProcess:
-    """One 2-rank :data:`VIEWED_ALLREDUCE` job per launcher and test process, read by the
-    tests of two modules (each marked ``xdist_group("viewed-<launcher>")`` so that
-    ``--dist loadgroup`` runs them where the job ran): a session fixture across modules."""
+    """One 2-rank :data:`VIEWED_ALLREDUCE` job under ``launcher``: run once a session by
+    conftest's ``viewed_mpirun`` / ``viewed_torchrun`` fixtures, which two test modules read."""
     argv = (sys.executable, "-c", VIEWED_ALLREDUCE, "allreduce", *VIEWED_ARGS[launcher])
     if launcher == "torchrun":
         return torchrun(2, "--no-python", *argv)
