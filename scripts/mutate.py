@@ -383,6 +383,12 @@ MUTANTS: tuple[Mutant, ...] = (
     # NCCL_NET set for every aws-ofi-nccl user with CUDA, not only on Slingshot
     Mutant("packages", PLUGIN, '        if self.spec.satisfies("+cxi"):',
            '        if self.spec.satisfies("+cuda"):', PKG, spack=True),
+    # RCCL 2.27.7's default plugin name (libnccl-net.so) linked for every build, or never
+    Mutant("packages", PLUGIN, '@run_after("install", when="+rocm +cxi")',
+           '@run_after("install", when="+cxi")', ("tests/test_gtl_hsa_install.py",),
+           spack=True),
+    Mutant("packages", PLUGIN, '            symlink("librccl-net.so", link)',
+           '            pass', ("tests/test_gtl_hsa_install.py",), spack=True),
     # the cxi provider no longer required of libfabric
     Mutant("packages", PLUGIN, 'depends_on("libfabric@1.11: fabrics=cxi", when="+cxi")',
            'depends_on("libfabric@1.11:", when="+cxi")', PKG, spack=True),

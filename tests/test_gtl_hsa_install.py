@@ -16,7 +16,9 @@ the newest form on record: tests/fixtures/cray_ex/manifest.yaml), the ROCm exter
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -151,3 +153,74 @@ def test_frontier_install_writes_the_hsa_preload_that_loads_on_its_node(
                             node, "1")
     assert plain.returncode == 1 and "GTL library is not linked" in plain.stderr, plain.stderr
 
+
+
+#: Run in ``spack python`` inside the copied Frontier environment: argv is the scratch
+#: prefix the DAG's aws-ofi-nccl is pointed at.  The install phase's run_after callbacks
+#: are taken as Spack's builder selects them (their ``when`` against the spec), and only
+#: torchmpi's is run; its registered ``when``, as the builder tests it, against other
+#: variants shows where it is not selected.
+PLUGIN_STEP = """\
+import sys
+import spack.builder
+import spack.environment as ev
+import spack.phase_callbacks
+import spack.spec
+
+OURS = "link_rccl_default_name"
+env = ev.active_environment()
+spec = next(s for s in env.all_specs() if s.name == "aws-ofi-nccl")
+print("VARIANTS", spec.format("{variants}"))
+spec.set_prefix(sys.argv[1])
+builder = spack.builder.create(spec.package)
+phase = next(p for p in builder if p.name == "install")
+callbacks = [cb for cb in phase.run_after if cb.__name__ == OURS]
+print("SELECTED", len(callbacks))
+for callback in callbacks:
+    callback(builder)
+registered = getattr(builder, spack.phase_callbacks._RUN_AFTER.attribute_name)
+when = [cond for (name, cond), fn in registered if fn.__name__ == OURS and name == "install"]
+for variants in ("+cuda ~rocm +cxi", "~cuda +rocm ~cxi"):
+    other = spack.spec.Spec(f"aws-ofi-nccl {variants}")
+    print("OTHER", variants.replace(" ", ""), sum(other.satisfies(c) for c in when), len(when))
+"""
+
+
+def test_frontier_plugin_install_gives_rccl_its_nccl_2_27_default_name(
+        spack, frontier, tmp_path: Path) -> None:
+    """Frontier's aws-ofi-nccl (+rocm +cxi) installs only librccl-net.so (and -ofi); RCCL
+    2.27.7 on its rocm/7.1.1 opens libnccl-net.so when NCCL_NET_PLUGIN is unset.  The
+    install step links the one to the other (OLCF's build does the same), so the doctor's
+    loader, dlopen()ing that name as RCCL does, maps the plugin; before the step it
+    cannot.  A CUDA build, and a ROCm build not asked for Slingshot, get no link."""
+    from torchmpi.doctor import nccl
+    from torchmpi.doctor.core import run_command
+
+    prefix = tmp_path / "aws-ofi-nccl"
+    lib = prefix / "lib"
+    lib.mkdir(parents=True)
+    src = tmp_path / "plugin.c"
+    src.write_text("int ncclNetPlugin_v9 = 9;\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib / "librccl-net.so"), str(src)],
+                   check=True)
+    env = {**os.environ, "LD_LIBRARY_PATH": str(lib)}
+    before = nccl.load_in_child("libnccl-net.so", env, run_command)
+    assert not before.paths and "libnccl-net.so" in before.error, before
+
+    envdir, store = frontier
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as script:
+        script.write(PLUGIN_STEP)
+    try:
+        proc = spack.run("-c", f"config:install_tree:root:{store}", "-e", str(envdir),
+                         "python", script.name, str(prefix))
+    finally:
+        Path(script.name).unlink()
+    out = dict(line.partition(" ")[::2] for line in proc.stdout.splitlines()
+               if line.startswith(("VARIANTS ", "SELECTED ", "OTHER ")))
+    others = [line for line in proc.stdout.splitlines() if line.startswith("OTHER ")]
+    assert "+rocm" in out["VARIANTS"] and "+cxi" in out["VARIANTS"], out
+    assert out["SELECTED"] == "1", proc.stdout
+    assert others == ["OTHER +cuda~rocm+cxi 0 1", "OTHER ~cuda+rocm~cxi 0 1"], proc.stdout
+    assert os.readlink(lib / "libnccl-net.so") == "librccl-net.so"
+    after = nccl.load_in_child("libnccl-net.so", env, run_command)
+    assert after.paths == [str(lib / "librccl-net.so")] and not after.error, after

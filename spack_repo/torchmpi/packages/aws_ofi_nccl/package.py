@@ -7,8 +7,11 @@ Neutral unless asked: with the default ``~cxi`` this recipe concretizes and
 sets the run environment exactly as builtin does, so registering the torchmpi
 repository site-wide changes nothing for other users.  ``+cxi`` (what
 ``nccl-ss11`` asks for) adds libfabric's ``cxi`` provider and a ``NCCL_NET``
-that the installed version answers to (the names by release: ``nccl_net``).
+that the installed version answers to (the names by release: ``nccl_net``);
+with ``+rocm`` also the plugin name RCCL 2.27.7 opens (``link_rccl_default_name``).
 """
+
+import os
 
 from spack_repo.builtin.packages.aws_ofi_nccl.package import AwsOfiNccl as BuiltinAwsOfiNccl
 
@@ -60,6 +63,29 @@ class AwsOfiNccl(BuiltinAwsOfiNccl):
         torchmpi's Slingshot defaults (data/fabrics/slingshot.yaml) set that.
         """
         return "AWS Libfabric" if self.spec.satisfies("@:1.12") else "OFI"
+
+    @run_after("install", when="+rocm +cxi")
+    def link_rccl_default_name(self) -> None:
+        """Install ``libnccl-net.so`` beside ``librccl-net.so``, as OLCF's build of
+        the plugin for Frontier does ("a symlink that some versions of RCCL need to
+        find the plugin": olcf/olcf-user-docs@f0571fe
+        software/analytics/pytorch_frontier.rst:663-664).
+
+        With ``NCCL_NET_PLUGIN`` unset RCCL opens one default name, which changed
+        twice: ``librccl-net.so`` up to NCCL 2.26's loader; ``libnccl-net.so`` on
+        NCCL 2.27's (ROCm/rccl@0123763f ``src/plugin/net.cc``, defaultNetPlugin),
+        which RCCL 2.27.7 ships from ROCm 7.1.0 (ROCm/rocm-systems
+        ``projects/rccl/CHANGELOG.md``) -- Frontier's rocm/7.1.1; ``librccl-net.so``
+        again after ROCm/rocm-systems#4201.  ``--with-rocm`` installs only
+        ``librccl-net.so`` and ``librccl-net-ofi.so`` (``src/Makefile.am`` at
+        v1.19.2 and v1.20.0), so on ROCm 7.1 RCCL found no plugin and a multi-node
+        job with ``NCCL_NET=OFI`` stopped.  With both names every RCCL finds it on
+        ``LD_LIBRARY_PATH`` (builtin's run environment); a CUDA build is untouched.
+        """
+        lib = join_path(self.prefix.lib, "librccl-net.so")
+        link = join_path(self.prefix.lib, "libnccl-net.so")
+        if os.path.exists(lib) and not os.path.lexists(link):
+            symlink("librccl-net.so", link)
 
     def setup_run_environment(self, env: EnvironmentModifications) -> None:
         super().setup_run_environment(env)
