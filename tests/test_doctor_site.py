@@ -112,7 +112,8 @@ ALT_READ = {"FI_CXI_RDZV_PROTO": "alt_read"}
      "--network=disable_rdzv_get"),
     ({**ALT_READ, "SLURM_JOB_ID": "7", "SLURM_NETWORK": "single,disable_rdzv_get"}, PASS, ""),
     ({**ALT_READ, "SLURM_JOB_ID": "7", "SLURM_NETWORK": "single"}, FAIL, "SLURM_NETWORK=single"),
-    ({**ALT_READ, "SLURM_JOB_ID": "7"}, WARN, "SLURM_NETWORK is unset"),
+    ({**ALT_READ, "SLURM_JOB_ID": "7"}, WARN,
+     "SLURM_NETWORK is unset (srun sets it from --network from Slurm 24.05.1)"),
     ({**ALT_READ, "PBS_JOBID": "12.desched1"}, WARN, "--disable_rdzv_get"),
     ({"FI_CXI_RDZV_PROTO": "default", "SLURM_JOB_ID": "7"}, PASS, "no setting"),
 ])

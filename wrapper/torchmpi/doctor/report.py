@@ -126,7 +126,8 @@ def run_checks(inputs: Inputs) -> list[Check]:
                                    no_backend,
                                    rocm.GTL if info.hip_build else mpi.GTL_LIBRARIES[0]),
         *probe.probe_checks(info, inputs.probes, design),
-        (rocm.check_rccl_plugin(env, plugin, slingshot, nodes, info.nccl) if info.hip_build
+        (rocm.check_rccl_plugin(env, plugin, slingshot, nodes, info.nccl, info.nccl_version)
+         if info.hip_build
          else nccl.check_nccl_plugin(env, plugin, slingshot, nodes, info.nccl,
                                      info.nccl_version)),
         network.check_socket_ifname(env, inputs.interfaces),

@@ -19,9 +19,13 @@ what differs is checked here:
   ``src/net.cc``:405-408; on NCCL 2.26's loader @29e8452a ``src/plugin/net.cc``
   passes no name and ``src/plugin/plugin_open.cc`` composes <prefix>.so), and
   ``libnccl-net.so`` again on NCCL 2.27's loader (@0123763f ``src/plugin/net.cc``,
-  defaultNetPlugin), which OLCF links to ``librccl-net.so`` (olcf/olcf-user-docs
-  ``software/analytics/pytorch_frontier.rst``:663-664) and for which ROCm 7.2
-  needs ``NCCL_NET_PLUGIN=<dir>/librccl-net.so`` (HewlettPackard/shs-ccl-docs#6).
+  defaultNetPlugin; RCCL 2.27.7, from ROCm 7.1.0), which OLCF links to
+  ``librccl-net.so`` (olcf/olcf-user-docs ``software/analytics/pytorch_frontier.rst``
+  :663-664) and for which ROCm 7.2 needs ``NCCL_NET_PLUGIN=<dir>/librccl-net.so``
+  (HewlettPackard/shs-ccl-docs#6), and ``librccl-net.so`` once more after
+  ROCm/rocm-systems#4201 (2.27.7 still): so from 2.27 the release does not tell
+  the name, and a plugin found under one name only is a warning
+  (:func:`check_rccl_plugin`); torchmpi's aws-ofi-nccl installs both.
   Set, the value itself (a path) and then ``librccl-net-<value>.so``
   (@0cbce2a ``src/net.cc``:386-410).  Never ``librccl-net-ofi.so`` unasked.
   aws-ofi-nccl built ``--with-rocm`` installs ``librccl-net-ofi.so`` and, unless
@@ -38,13 +42,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from torchmpi.doctor import nccl, network
-from torchmpi.doctor.core import FAIL, PASS, SKIP, Check, Runner
+from torchmpi.doctor.core import FAIL, PASS, SKIP, WARN, Check, Runner, version_tuple
 
 #: Cray MPICH's GPU Transport Layer for AMD GPUs.
 GTL = "libmpi_gtl_hsa"
 #: What RCCL opens without NCCL_NET_PLUGIN: one of these, by release (see the module
 #: docstring); the doctor knows no RCCL release to tell them apart, so either counts.
 PLUGIN_LIBRARIES = ("librccl-net.so", "libnccl-net.so")
+#: The first RCCL on NCCL 2.27's loader (RCCL 2.27.7, ROCm 7.1.0: ROCm/rocm-systems
+#: ``projects/rccl/CHANGELOG.md``), whose default name may be either of
+#: :data:`PLUGIN_LIBRARIES`; before it (from rocm-3.9.0) only librccl-net.so.
+RCCL_EITHER_NAME = (2, 27)
 #: RCCL's file name for one NCCL_NET_PLUGIN name is librccl-net-<name>.so (ROCm/rccl
 #: ``src/plugin/plugin_open.cc``@145a0512, pluginPrefix), NCCL's libnccl-net-<name>.so.
 PREFIX = "librccl-net"
@@ -146,10 +154,38 @@ def _rccl(check: Check) -> Check:
     return replace(check, detail=text(check.detail), fix=text(check.fix))
 
 
+def _one_default_name(plugin: nccl.PluginInfo, rccl_version: str | None) -> Check | None:
+    """With NCCL_NET_PLUGIN unset, a plugin found under one of RCCL's two default names
+    only: FAIL when the release is known to open the other (before 2.27: librccl-net.so),
+    WARN when it may (2.27 on, or a release not known)."""
+    found = [name for name in PLUGIN_LIBRARIES if name in plugin.libraries]
+    if len(found) != 1:
+        return None
+    have, other = found[0], next(n for n in PLUGIN_LIBRARIES if n != found[0])
+    release = version_tuple(rccl_version) or ()
+    known_old = len(release) > 1 and release < RCCL_EITHER_NAME
+    if known_old and have == "librccl-net.so":
+        return None
+    path, shown = plugin.libraries[have], f"RCCL {rccl_version or '(release unknown)'}"
+    opens = (f"{shown} opens {other} only (librccl-net.so from rocm-3.9.0 until NCCL "
+             "2.27's loader)" if known_old else
+             f"{shown} may open {other} instead (RCCL 2.27.7 from ROCm 7.1.0 opens "
+             "libnccl-net.so, earlier releases and those after ROCm/rocm-systems#4201 "
+             "librccl-net.so)")
+    return Check("nccl.plugin", FAIL if known_old else WARN,
+                 f"NCCL_NET_PLUGIN is unset and only {have} ({path}) loads, not {other}: "
+                 f"{opens}; without it RCCL uses sockets between nodes",
+                 f"export NCCL_NET_PLUGIN={path} (OLCF's form; every RCCL opens a path "
+                 f"as given), or link {other} to it in its directory")
+
+
 def check_rccl_plugin(env: Mapping[str, str], plugin: nccl.PluginInfo, slingshot: bool,
-                      nodes: int | None, has_nccl: bool = True) -> Check:
+                      nodes: int | None, has_nccl: bool = True,
+                      rccl_version: str | None = None) -> Check:
     """The RCCL plugin: NCCL_NET_PLUGIN against the files RCCL opens, then the NCCL
-    check's rules (plugin releases, NCCL_NET, Slingshot) in RCCL's names."""
+    check's rules (plugin releases, NCCL_NET, Slingshot) in RCCL's names.
+    ``rccl_version`` (torch's RCCL, as its NCCL version) tells which default name an
+    RCCL before 2.27 opens."""
     wanted, names = nccl.plugin_setting(env), plugin_names(env)
     if has_nccl and wanted and names and not plugin.libraries:
         tried = " or ".join(names)
@@ -166,6 +202,8 @@ def check_rccl_plugin(env: Mapping[str, str], plugin: nccl.PluginInfo, slingshot
     if wanted and check.status == PASS:
         check = replace(check, detail=check.detail.replace(
             "NCCL_NET_PLUGIN=(unset)", f"NCCL_NET_PLUGIN={wanted}"))
+    elif check.status == PASS and slingshot and nodes != 1:
+        check = _one_default_name(plugin, rccl_version) or check
     return check
 
 

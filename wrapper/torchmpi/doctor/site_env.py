@@ -169,7 +169,8 @@ def check_launcher_flags(env: Mapping[str, str]) -> Check:
             if network is None:
                 return Check(name, WARN,
                              f"{setting} needs {rule.slurm_flag} ({rule.source}); "
-                             "SLURM_NETWORK is unset, so the doctor cannot see that it was given",
+                             "SLURM_NETWORK is unset (srun sets it from --network from Slurm "
+                             "24.05.1), so the doctor cannot see that it was given",
                              f"export SLURM_NETWORK={rule.slurm_value} before srun (srun reads "
                              "it as --network, and the job can then be checked)")
         else:
