@@ -57,6 +57,7 @@ def test_the_summary_of_a_lock(tmp_path: Path) -> None:
         "externals": ["cray-mpich@8.1.27"],
         "mpi": "cray-mpich@8.1.27 (external)",
         "nccl": "nccl@2.29.2-1",
+        "rccl": "-",
         "plugin": "aws-ofi-nccl@1.19.0",
         "torch": "py-torch@2.11.0",
         "targets": ["zen3"],
@@ -104,3 +105,22 @@ def test_roots_that_point_at_another_package_or_nowhere(tmp_path: Path) -> None:
         "root 'py-torch-mpi' points at py-torch@2.11.0 (hash t)",
         "root 'nccl' points at hash gone, which is not in the lock",
         "root 'nccl' points at py-torch@2.11.0 (hash t)"]
+
+
+def test_an_amd_locks_summary_names_its_rccl(tmp_path: Path) -> None:
+    """On an AMD site torch's "nccl" backend is RCCL, an external from the site's ROCm
+    (LUMI's rccl@7.0.3 at /opt/rocm-7.0.3): the summary says so, where NCCL is "-"."""
+    from torchmpi.commands.concretize import format_summary
+
+    data = json.loads(json.dumps(LOCK))
+    specs = data["concrete_specs"]
+    for key in [k for k, v in specs.items() if v["name"] == "nccl"]:
+        del specs[key]
+    specs["r"] = {"name": "rccl", "version": "7.0.3", "external": {"path": "/opt/rocm-7.0.3"}}
+    summary = _write(tmp_path, data).summary()
+    assert (summary["nccl"], summary["rccl"]) == ("-", "rccl@7.0.3 (external)")
+    text = format_summary({**summary, "site": "lumi", "lock": "x", "seconds": 1.0})
+    assert "  RCCL         rccl@7.0.3 (external)" in text, text
+    plain = format_summary({**_write(tmp_path, LOCK).summary(), "site": "d", "lock": "x",
+                            "seconds": 1.0})
+    assert "RCCL" not in plain, plain

@@ -123,6 +123,7 @@ class Lock:
             "externals": [n.label for n in self.externals],
             "mpi": ", ".join(n.label + (" (external)" if n.external else "") for n in mpi) or "-",
             "nccl": self.versions("nccl"),
+            "rccl": self.versions("rccl"),  # an AMD site's (torch's "nccl" backend there)
             "plugin": self.versions("aws-ofi-nccl"),
             "torch": self.versions("py-torch"),
             "targets": sorted({n.target for n in self.nodes.values() if not n.external}),

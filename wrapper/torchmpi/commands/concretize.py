@@ -151,6 +151,7 @@ def format_summary(s: dict) -> str:
         ("externals", ", ".join(ext) or "-"),
         ("MPI", s["mpi"]),
         ("NCCL", s["nccl"]),
+        *([("RCCL", s["rccl"])] if s.get("rccl", "-") != "-" else []),
         ("NCCL plugin", s["plugin"]),
         ("torch", s["torch"]),
         ("target", ", ".join(s["targets"])),
