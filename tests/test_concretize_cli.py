@@ -155,3 +155,16 @@ def test_a_silent_spack_gets_a_heartbeat_with_the_seconds_so_far(tmp_path: Path,
     beats = [line for line in lines if "still running" in line]
     assert rc == 0 and out == ["solving", "done"] and seconds >= 1.0
     assert beats and all(re.fullmatch(r"   \.\.\. still running, [01] s", b) for b in beats), beats
+
+
+def test_solve_inputs_without_a_spack_yaml_is_still_a_digest(tmp_path: Path) -> None:
+    """A rendered folder whose spack.yaml was removed by hand: the digest of what is
+    there (the lock is then stale), not a crash; env_vars never count."""
+    from torchmpi.commands.concretize import solve_inputs
+
+    (tmp_path / "packages.yaml").write_text("packages: {}\n")
+    alone = solve_inputs(tmp_path)
+    (tmp_path / "spack.yaml").write_text("spack:\n  specs: [x]\n  env_vars: {set: {A: '1'}}\n")
+    with_vars = solve_inputs(tmp_path)
+    (tmp_path / "spack.yaml").write_text("spack:\n  specs: [x]\n")
+    assert solve_inputs(tmp_path) == with_vars != alone

@@ -400,3 +400,23 @@ def test_the_gpu_check_names_the_models_the_tool_lists() -> None:
     assert "amd-smi lists 2 (AMD Instinct MI250X/MI250), amdgpu 6.8.5" in seen.detail
     bare = rocm.check_gpu(2, "6.2.41133", rocm.SmiInfo(2, "rocm-smi", [], None))
     assert bare.detail.endswith("; rocm-smi lists 2"), bare.detail
+
+
+def test_a_job_of_unknown_size_is_warned_of_a_plugin_under_one_name() -> None:
+    """The node count not known (no launcher variable): judged as a multi-node job,
+    as the NCCL check does, not as one node."""
+    plugin = nccl.PluginInfo(libraries={"librccl-net.so": "/sw/aws-ofi-nccl-1.19.2-x/lib/"
+                                        "librccl-net.so"}, version=(1, 19, 2))
+    check = rocm.check_rccl_plugin({"NCCL_NET": "OFI"}, plugin, True, None, rccl_version="2.27.7")
+    assert check.status == "WARN" and "only librccl-net.so" in check.detail, check
+
+
+def test_nccl_net_is_still_judged_when_nccl_net_plugin_names_the_plugin() -> None:
+    """NCCL_NET_PLUGIN by path is RCCL's to read; NCCL_NET (and the rest of the job's
+    environment) still goes to the NCCL check's rules: a 1.12 plugin registers only as
+    "AWS Libfabric", so NCCL_NET=OFI stops the job however the plugin was named."""
+    path = "/sw/aws-ofi-nccl-1.12.1-x/lib/librccl-net.so"
+    plugin = nccl.PluginInfo(libraries={path: path}, version=(1, 12, 1))
+    check = rocm.check_rccl_plugin({"NCCL_NET_PLUGIN": path, "NCCL_NET": "OFI"}, plugin,
+                                   True, 2, rccl_version="2.26.6")
+    assert check.status == "FAIL" and "registers only as AWS Libfabric" in check.detail, check
