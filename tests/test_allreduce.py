@@ -404,6 +404,7 @@ def test_nccl_tests_min_bw_variable_is_honoured_like_nccl_tests(capsys):
                                "--iters", "1", NCCL_TESTS_MIN_BW="100000")
     assert status == 1, out + err
     assert _avg_line(out).endswith(" FAILED")
+    assert "below 90% of NCCL_TESTS_MIN_BW 100000 GB/s" in err, err  # what set the floor
 
 
 @pytest.mark.parametrize("value", ["fast", "-1", "nan"])
