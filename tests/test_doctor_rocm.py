@@ -127,6 +127,7 @@ def test_rccl_none_loads_no_external_plugin() -> None:
     assert rocm.plugin_names({"NCCL_NET_PLUGIN": "none"}) == []
     check = rocm.check_rccl_plugin({"NCCL_NET_PLUGIN": "none"}, nccl.PluginInfo(), True, 2)
     assert check.status == "FAIL" and check.fix == "unset NCCL_NET_PLUGIN", check
+    assert "RCCL uses TCP sockets" in check.detail, check  # RCCL's job, in its name
     assert "no external plugin" in check.detail and "finds no  " not in check.detail, check
 
 

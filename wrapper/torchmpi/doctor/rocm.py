@@ -150,7 +150,8 @@ def resolve_plugin(env: Mapping[str, str], runner: Runner) -> dict[str, nccl.Map
 def _rccl(check: Check) -> Check:
     """An NCCL check's text in RCCL's file names (the logic is the same)."""
     def text(value: str | None) -> str | None:
-        return value.replace("libnccl-net.so", "librccl-net.so") if value else value
+        return (value.replace("libnccl-net.so", "librccl-net.so")
+                .replace("NCCL uses TCP sockets", "RCCL uses TCP sockets") if value else value)
     return replace(check, detail=text(check.detail), fix=text(check.fix))
 
 
