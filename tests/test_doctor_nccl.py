@@ -389,3 +389,17 @@ def test_nccl_net_plugin_is_read_from_the_environment_in_one_place() -> None:
                     if isinstance(func, ast.FunctionDef) and _reads_of("NCCL_NET_PLUGIN", func)})
     assert found == [("nccl.py", "empty_opens_none"), ("nccl.py", "plugin_setting")], found
     assert "plugin_setting(env)" in inspect.getsource(nccl.empty_opens_none)
+
+
+def test_the_plugin_is_the_file_with_a_plugins_name_not_the_first_mapped() -> None:
+    """libnccl-net.so linked to librccl-net.so (torchmpi's ROCm install) maps the latter
+    and its libfabric; the plugin is the librccl-net file wherever the paths sort."""
+    from torchmpi.doctor import rocm
+
+    plugin_path = "/z/aws-ofi-nccl-1.19.2-x/lib/librccl-net.so"
+    maps = {"libnccl-net.so": nccl.Mapped("libnccl-net.so",
+                                          ["/a/libfabric/lib64/libfabric.so.1", plugin_path])}
+    info = nccl.plugin_from_maps(maps)
+    assert info.libraries == {"libnccl-net.so": plugin_path}, info
+    assert info.libfabric == "/a/libfabric/lib64/libfabric.so.1" and info.version == (1, 19, 2)
+    assert rocm.PREFIX in nccl.OWN_PREFIXES

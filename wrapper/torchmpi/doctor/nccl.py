@@ -162,6 +162,10 @@ else:
 #: (src/plugin/plugin_open.cc at v2.27.7-1, pluginPrefix); RCCL's is librccl-net
 #: (:mod:`torchmpi.doctor.rocm`).
 NET_PREFIX = "libnccl-net"
+#: File names a net plugin's own library has, whichever name opened it: NCCL's prefix
+#: and RCCL's (:data:`torchmpi.doctor.rocm.PREFIX`): a libnccl-net.so linked to
+#: librccl-net.so maps the latter, beside its libfabric.
+OWN_PREFIXES = (NET_PREFIX, "librccl-net")
 
 
 def tried(plugin: str, prefix: str = NET_PREFIX) -> list[str]:
@@ -251,7 +255,7 @@ def plugin_from_maps(maps: Mapping[str, Mapped], log_text: str | None = None) ->
                 info.errors[key] = mapped.error
             continue
         own = [p for p in mapped.paths
-               if os.path.basename(p).startswith(("libnccl-net", os.path.basename(name)))]
+               if os.path.basename(p).startswith((*OWN_PREFIXES, os.path.basename(name)))]
         if (own or mapped.paths) and not mapped.opened:
             info.unused[key] = (own or mapped.paths)[0]
             continue
