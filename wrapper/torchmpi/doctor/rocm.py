@@ -47,7 +47,8 @@ from torchmpi.doctor.core import FAIL, PASS, SKIP, WARN, Check, Runner, version_
 #: Cray MPICH's GPU Transport Layer for AMD GPUs.
 GTL = "libmpi_gtl_hsa"
 #: What RCCL opens without NCCL_NET_PLUGIN: one of these, by release (see the module
-#: docstring); the doctor knows no RCCL release to tell them apart, so either counts.
+#: docstring).  Both are looked for; which one the job's RCCL opens is judged from its
+#: release where that tells (:func:`_one_default_name`).
 PLUGIN_LIBRARIES = ("librccl-net.so", "libnccl-net.so")
 #: The first RCCL on NCCL 2.27's loader (RCCL 2.27.7, ROCm 7.1.0: ROCm/rocm-systems
 #: ``projects/rccl/CHANGELOG.md``), whose default name may be either of
@@ -175,7 +176,8 @@ def _one_default_name(plugin: nccl.PluginInfo, rccl_version: str | None) -> Chec
              "librccl-net.so)")
     return Check("nccl.plugin", FAIL if known_old else WARN,
                  f"NCCL_NET_PLUGIN is unset and only {have} ({path}) loads, not {other}: "
-                 f"{opens}; without it RCCL uses sockets between nodes",
+                 f"{opens}; without it RCCL uses sockets between nodes, or stops where "
+                 "NCCL_NET names the plugin",
                  f"export NCCL_NET_PLUGIN={path} (OLCF's form; every RCCL opens a path "
                  f"as given), or link {other} to it in its directory")
 
