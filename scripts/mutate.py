@@ -305,7 +305,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("dist/doctor", "wrapper/torchmpi/doctor/nccl.py",
            "        if version >= first:", "        if version > first:"),
     Mutant("dist/doctor", "wrapper/torchmpi/doctor/nccl.py",
-           'startswith(("libnccl-net", os.path.basename(name)))]', 'startswith("")]'),
+           'startswith((*OWN_PREFIXES, os.path.basename(name)))]', 'startswith("")]'),
     Mutant("dist/doctor", "wrapper/torchmpi/doctor/nccl.py",
            "        status = WARN if nodes == 1 else FAIL",
            "        status = FAIL if (nodes or 0) > 1 else WARN"),
